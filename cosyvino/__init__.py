@@ -1,0 +1,22 @@
+"""cosyvino: CosyVoice text-to-speech, fast on CPU servers.
+
+Public API: :class:`Synthesizer`, :class:`Audio`, :data:`hookimpl` (for backend plugins) and the
+errors in :mod:`cosyvino.errors`. Importing cosyvino does not import torch.
+"""
+
+from .hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):  # lazy: keep `import cosyvino` light for plugins and the CLI
+    if name == "Synthesizer":
+        from .synthesizer import Synthesizer
+        return Synthesizer
+    if name == "Audio":
+        from .audio import Audio
+        return Audio
+    raise AttributeError(name)
+
+
+__all__ = ["Synthesizer", "Audio", "hookimpl", "__version__"]

@@ -1,0 +1,5 @@
+"""The backend stage interface (what a backend plugin implements). Must not import torch."""
+
+from .base import Backend, LLMSession, Stages
+
+__all__ = ["Backend", "LLMSession", "Stages"]

@@ -1,0 +1,239 @@
+"""The ``cosyvino`` command line (click). Human tables by default, ``--json`` for machines.
+
+Typed cosyvino errors exit with status 2 and a one-line message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from functools import wraps
+
+import click
+
+from .errors import CosyvinoError, InputError
+
+DEMO_SENTENCES = (
+    ("zh", "中文女", "你好，欢迎使用 cosyvino，这是在普通服务器处理器上运行的语音合成服务。"),
+    ("en", "英文女", "Hello! This is cosyvino, fast CosyVoice speech synthesis on an ordinary "
+                    "server CPU."),
+)
+
+
+def _friendly_errors(fn):
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CosyvinoError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+    return wrapper
+
+
+def _stage_table(stats: dict) -> str:
+    rows = [("stage", "seconds", "calls")]
+    for name, v in stats["stages"].items():
+        rows.append((name, f"{v['seconds']:.3f}", str(v["calls"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def _summary(stats: dict) -> str:
+    parts = [f"audio {stats['audio_seconds']:.2f} s", f"wall {stats['wall_seconds']:.2f} s",
+             f"RTF {stats['rtf']:.3f}" if stats.get("rtf") else "RTF n/a",
+             f"{stats['speech_tokens']} speech tokens"]
+    if stats.get("first_segment_latency") is not None:
+        parts.append(f"first segment {stats['first_segment_latency']:.2f} s")
+    return ", ".join(parts)
+
+
+def _synthesizer(model_dir, backend, threads):
+    from .synthesizer import Synthesizer
+
+    return Synthesizer(model_dir, backend=backend, num_threads=threads)
+
+
+_model_dir_opt = click.option("--model-dir", type=click.Path(file_okay=False), default=None,
+                              help="Model directory (default: the embedded default model).")
+_backend_opt = click.option("--backend", default="torch", show_default=True,
+                            help="Backend plugin (see `cosyvino backends`).")
+_threads_opt = click.option("--threads", type=click.IntRange(min=1), default=None,
+                            help="CPU threads for inference.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="cosyvino")
+def main():
+    """cosyvino: CosyVoice text-to-speech, fast on CPU servers."""
+
+
+@main.command()
+@click.argument("text", required=False)
+@_model_dir_opt
+@click.option("--speaker", "-s", default=None, help="Speaker id (see `cosyvino speakers`).")
+@click.option("--text-file", type=click.File("r", encoding="utf-8"), default=None,
+              help="Read the text from a file ('-' = stdin).")
+@click.option("-o", "--output", default="out.wav", show_default=True, help="Output file.")
+@click.option("--format", "fmt", type=click.Choice(["wav", "flac", "mp3", "ogg"]), default=None,
+              help="Audio format (default: from the output extension).")
+@click.option("--speed", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=None)
+@click.option("--num-speech-tokens", type=click.IntRange(min=1), default=None,
+              help="Force this many speech tokens per segment (50 = 1 s; benchmarking).")
+@_backend_opt
+@_threads_opt
+@click.option("--json", "as_json", is_flag=True, help="Print stats as JSON.")
+@_friendly_errors
+def synth(text, model_dir, speaker, text_file, output, fmt, speed, seed, num_speech_tokens,
+          backend, threads, as_json):
+    """Synthesize TEXT (or --text-file) to an audio file."""
+    if text_file is not None:
+        if text is not None:
+            raise InputError("give either TEXT or --text-file, not both")
+        text = text_file.read()
+    if text is None:
+        raise InputError("no text: pass TEXT or --text-file")
+    synth_ = _synthesizer(model_dir, backend, threads)
+    speaker = speaker or synth_.speakers[0]
+    audio = _synthesize_with_progress(synth_, text, speaker, speed, seed, num_speech_tokens)
+    audio.write(output, fmt)
+    stats = dict(audio.stats, output=os.path.abspath(output), sample_rate=audio.sample_rate,
+                 speaker=speaker, backend=backend)
+    if as_json:
+        click.echo(json.dumps(stats, ensure_ascii=False, indent=2))
+    else:
+        click.echo(_stage_table(stats))
+        click.echo(f"wrote {output}: {_summary(stats)}")
+
+
+def _synthesize_with_progress(synth_, text, speaker, speed, seed, num_speech_tokens):
+    from tqdm import tqdm
+
+    from .audio import Audio  # noqa: F401
+
+    segments = synth_.frontend.segments(text)
+    start_chunks = []
+    import time
+
+    start = time.perf_counter()
+    first = None
+    gen = synth_._run_segments(segments, synth_._embedding(speaker), synth_._rng(seed),
+                               synth_._check_speed(speed), num_speech_tokens)
+    with tqdm(total=len(segments), desc="segments", unit="seg", disable=len(segments) < 2,
+              file=sys.stderr) as bar:
+        for chunk in gen:
+            if first is None:
+                first = time.perf_counter() - start
+            start_chunks.append(chunk)
+            bar.update(1)
+    return synth_._join(start_chunks, time.perf_counter() - start, first)
+
+
+@main.command()
+@_model_dir_opt
+@_backend_opt
+@_threads_opt
+@click.option("--out-dir", default=".", show_default=True, help="Where to write demo-*.wav.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@_friendly_errors
+def demo(model_dir, backend, threads, out_dir, seed):
+    """Synthesize a Chinese and an English sentence; print per-stage times and RTF.
+
+    Without --model-dir this uses the embedded default model, created once as a SYNTHETIC
+    CosyVoice-300M checkpoint (random weights: real cost, noise audio).
+    """
+    from .models.synthetic import is_synthetic
+
+    synth_ = _synthesizer(model_dir, backend, threads)
+    click.echo(f"model: {synth_.model_dir} (backend {backend}, load {synth_.load_seconds:.1f} s)"
+               + (" [SYNTHETIC random weights: expect noise]"
+                  if is_synthetic(synth_.model_dir) else ""))
+    for lang, speaker, text in DEMO_SENTENCES:
+        if speaker not in synth_.speakers:
+            speaker = synth_.speakers[0]
+        audio = synth_.synthesize(text, speaker, seed=seed)
+        path = os.path.join(out_dir, f"demo-{lang}.wav")
+        audio.write(path)
+        click.echo(f"\n[{lang}] {speaker}: {text}")
+        click.echo(_stage_table(audio.stats))
+        click.echo(f"wrote {path}: {_summary(audio.stats)}")
+
+
+@main.command()
+@_model_dir_opt
+@click.option("--json", "as_json", is_flag=True)
+@_friendly_errors
+def speakers(model_dir, as_json):
+    """List the speaker ids of a model."""
+    from .defaults import ensure_default_model
+    from .models.checkpoint import load_spk2info
+
+    model_dir = model_dir or ensure_default_model()
+    names = list(load_spk2info(os.path.join(model_dir, "spk2info.pt")))
+    click.echo(json.dumps(names, ensure_ascii=False) if as_json else "\n".join(names))
+
+
+@main.command("make-model")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--preset", type=click.Choice(["tiny", "300m"]), default="tiny", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--hift-weight-norm", type=click.Choice(["parametrizations", "weight_g"]),
+              default="parametrizations", show_default=True,
+              help="Key spelling of the weight-normed convolutions in hift.pt.")
+@click.option("--overwrite", is_flag=True, help="Replace OUT_DIR if it exists.")
+@_friendly_errors
+def make_model_cmd(out_dir, preset, seed, hift_weight_norm, overwrite):
+    """Write a SYNTHETIC checkpoint (random weights, official layout) to OUT_DIR."""
+    from tqdm import tqdm
+
+    from .models.synthetic import make_model
+
+    with tqdm(total=5, desc=f"make-model {preset}", file=sys.stderr) as bar:
+        def step(msg):
+            bar.set_postfix_str(msg)
+            bar.update(1)
+        make_model(preset, out_dir, seed=seed, hift_weight_norm=hift_weight_norm,
+                   overwrite=overwrite, progress=step)
+    click.echo(f"wrote synthetic {preset} model to {out_dir}")
+
+
+@main.command()
+@_model_dir_opt
+@click.option("--json", "as_json", is_flag=True)
+@_friendly_errors
+def info(model_dir, as_json):
+    """Summarize a model directory (config, files, parameter counts, speakers)."""
+    from .defaults import default_model_dir
+    from .models.info import model_info
+
+    data = model_info(model_dir or default_model_dir())
+    if as_json:
+        click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        return
+    for key, value in data.items():
+        if isinstance(value, dict):
+            click.echo(f"{key}:")
+            for k, v in value.items():
+                click.echo(f"  {k}: {v}")
+        else:
+            click.echo(f"{key}: {value}")
+
+
+@main.command()
+@_friendly_errors
+def backends():
+    """List installed backend plugins."""
+    from .plugins import backend_classes, plugin_errors
+
+    for name, cls in sorted(backend_classes().items()):
+        ok, why = cls.is_available()
+        click.echo(f"{name}: {cls.description}" + ("" if ok else f" (unavailable: {why})"))
+    for name, err in plugin_errors().items():
+        click.echo(f"{name}: FAILED TO LOAD: {err}")
+
+
+if __name__ == "__main__":
+    main()

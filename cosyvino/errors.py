@@ -1,0 +1,67 @@
+"""Typed errors raised by cosyvino. Every message says what failed, where, and what to do.
+
+All derive from :class:`CosyvinoError`, so callers (CLI, server) can map them to exit codes and
+HTTP 4xx without catching library internals. Must not import torch.
+"""
+
+from __future__ import annotations
+
+
+class CosyvinoError(Exception):
+    """Base class of every error cosyvino raises on purpose."""
+
+
+class ModelDirError(CosyvinoError):
+    """A model directory or one of its files is missing or unreadable."""
+
+    def __init__(self, message: str, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class ConfigError(ModelDirError):
+    """``cosyvoice.yaml`` is malformed or lacks a required section/value."""
+
+
+class CheckpointError(ModelDirError):
+    """A ``.pt`` file is truncated/corrupt or its state_dict does not match the architecture.
+
+    ``missing``, ``unexpected`` and ``mismatched`` (key, expected shape, found shape) list the
+    differences found by the strict loader.
+    """
+
+    def __init__(self, message: str, path: str | None = None, *, missing=(), unexpected=(),
+                 mismatched=()):
+        super().__init__(message, path)
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        self.mismatched = list(mismatched)
+
+
+class InputError(CosyvinoError, ValueError):
+    """Bad user input (text, speaker, speed, forced tokens ...). Maps to HTTP 400."""
+
+
+class EmptyTextError(InputError):
+    """The text has nothing to speak (empty, whitespace, punctuation/emoji/control only)."""
+
+
+class UnknownSpeakerError(InputError, KeyError):
+    """The speaker id is not in the model's ``spk2info.pt``; ``available`` lists valid ones."""
+
+    def __init__(self, speaker: str, available):
+        self.speaker = speaker
+        self.available = sorted(available)
+        super().__init__(
+            f"unknown speaker {speaker!r}; available speakers: {', '.join(self.available)}")
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return self.args[0]
+
+
+class BackendError(CosyvinoError):
+    """A backend is unknown, failed to load, or a stage failed to run."""
+
+
+class PluginError(BackendError):
+    """A plugin failed to import or registered something malformed."""

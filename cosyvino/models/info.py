@@ -1,0 +1,53 @@
+"""``cosyvino info``: a model directory summary without loading the weights into modules."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from ..errors import ModelDirError
+from .yaml_config import read_model_config
+
+FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt", "campplus.onnx",
+         "speech_tokenizer_v1.onnx")
+
+
+def model_info(model_dir: str) -> dict:
+    """Config highlights, file sizes (MB), parameter counts and speakers of ``model_dir``.
+
+    Raises ModelDirError / ConfigError / CheckpointError.
+    """
+    from .checkpoint import load_spk2info, load_torch_file
+    from .synthetic import is_synthetic
+
+    if not os.path.isdir(model_dir):
+        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
+    cfg = read_model_config(model_dir)
+    files = {}
+    for name in FILES:
+        p = os.path.join(model_dir, name)
+        files[name] = (f"{os.path.getsize(p) / 1e6:.1f} MB" if os.path.isfile(p) else "absent")
+    params = {}
+    for name in ("llm.pt", "flow.pt", "hift.pt"):
+        p = os.path.join(model_dir, name)
+        if os.path.isfile(p):
+            sd = load_torch_file(p)
+            params[name] = f"{sum(v.numel() for v in sd.values()):,}"
+    spk_path = os.path.join(model_dir, "spk2info.pt")
+    speakers = list(load_spk2info(spk_path)) if os.path.isfile(spk_path) else []
+    return {
+        "path": os.path.abspath(model_dir),
+        "synthetic": is_synthetic(model_dir),
+        "sample_rate": cfg.sample_rate,
+        "llm": {"width": cfg.llm.llm_input_size, "text_encoder_blocks":
+                cfg.llm.text_encoder.num_blocks, "llm_blocks": cfg.llm.llm.num_blocks,
+                "sampling": dataclasses.asdict(cfg.llm.sampling)},
+        "flow": {"encoder_blocks": cfg.flow.encoder.num_blocks,
+                 "estimator_channels": list(cfg.flow.estimator.channels),
+                 "n_timesteps": cfg.flow.cfm.n_timesteps,
+                 "cfg_rate": cfg.flow.cfm.inference_cfg_rate},
+        "hift": {"base_channels": cfg.hift.base_channels, "hop_length": cfg.hift.hop_length},
+        "files": files,
+        "parameters": params,
+        "speakers": ", ".join(speakers),
+    }

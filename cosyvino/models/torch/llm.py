@@ -1,0 +1,128 @@
+"""The CosyVoice v1 speech-token language model (``TransformerLM``) and its export stages.
+
+Upstream ``cosyvoice/llm/llm.py::TransformerLM``; submodule names equal upstream so the
+official ``llm.pt`` loads with ``strict=True``. The stage modules each wrap one tensor-only
+forward (what an exporter converts); sampling and the decode loop live elsewhere.
+Depends on torch and :mod:`cosyvino.models.torch.transformer` only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...config import LLMConfig
+from .transformer import Encoder
+
+Tensor = torch.Tensor
+
+
+class TransformerLM(nn.Module):
+    """Module tree of the v1 LLM (architecture sheet section 4.1).
+
+    ``text_embedding`` Embedding(text_token_size, text_encoder_input_size); ``text_encoder``
+    causal conformer; ``text_encoder_affine_layer`` Linear; ``llm_embedding`` Embedding(2, D)
+    (row 0 SOS/EOS, row 1 TASK_ID); ``llm`` causal transformer; ``llm_decoder``
+    Linear(D, speech_token_size+1); ``speech_embedding`` Embedding(speech_token_size, D);
+    ``spk_embed_affine_layer`` Linear(spk_embed_dim, D).
+    """
+
+    SOS_EOS = 0
+    TASK_ID = 1
+
+    def __init__(self, cfg: LLMConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.text_embedding = nn.Embedding(cfg.text_token_size, cfg.text_encoder_input_size)
+        self.text_encoder = Encoder(cfg.text_encoder)
+        self.text_encoder_affine_layer = nn.Linear(cfg.text_encoder.output_size,
+                                                   cfg.llm_input_size)
+        self.llm_embedding = nn.Embedding(2, cfg.llm_input_size)
+        self.llm = Encoder(cfg.llm)
+        self.llm_decoder = nn.Linear(cfg.llm_output_size, cfg.speech_token_size + 1)
+        self.speech_embedding = nn.Embedding(cfg.speech_token_size, cfg.llm_input_size)
+        self.spk_embed_affine_layer = nn.Linear(cfg.spk_embed_dim, cfg.llm_input_size)
+
+    def special_embeddings(self) -> tuple[Tensor, Tensor]:
+        """``(sos, task_id)``, each float ``[1, 1, D]`` (rows 0 and 1 of ``llm_embedding``)."""
+        w = self.llm_embedding.weight
+        return (w[self.SOS_EOS].reshape(1, 1, -1), w[self.TASK_ID].reshape(1, 1, -1))
+
+
+class TextEncoderStage(nn.Module):
+    """text tokens -> LLM-width text features (embedding, causal conformer, affine)."""
+
+    def __init__(self, lm: TransformerLM):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, text_token: Tensor) -> Tensor:
+        """int64 ``[1, L]`` -> float32 ``[1, L, D]`` (upstream ``TransformerLM.encode`` + affine)."""
+        x = self.lm.text_embedding(text_token)
+        x = self.lm.text_encoder(x)
+        return self.lm.text_encoder_affine_layer(x)
+
+
+class SpeakerEmbedStage(nn.Module):
+    """x-vector -> the LLM speaker slot: ``spk_embed_affine_layer(L2-normalize(e))``."""
+
+    def __init__(self, lm: TransformerLM):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, embedding: Tensor) -> Tensor:
+        """float32 ``[1, 192]`` -> ``[1, 1, D]`` (``F.normalize`` eps 1e-12, as upstream)."""
+        e = F.normalize(embedding, dim=1)
+        return self.lm.spk_embed_affine_layer(e).unsqueeze(1)
+
+
+class SpeechEmbedStage(nn.Module):
+    """speech tokens -> LLM input embeddings."""
+
+    def __init__(self, lm: TransformerLM):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """int64 ``[1, N]`` (each in ``0..speech_token_size-1``) -> float32 ``[1, N, D]``."""
+        return self.lm.speech_embedding(tokens)
+
+
+class LLMStepStage(nn.Module):
+    """One KV-cached forward of the LLM (prefill or decode step) plus the token head.
+
+    ``query_side_pos`` (constructor, a Python constant baked into a traced graph) picks the
+    positional-term evaluation order, see :class:`~.transformer.RelPositionMultiHeadedAttention`:
+    True is much cheaper for single-token decode steps, False for long prefills. Both are the
+    same math.
+    """
+
+    def __init__(self, lm: TransformerLM, query_side_pos: bool = True):
+        super().__init__()
+        self.lm = lm
+        self.query_side_pos = query_side_pos
+
+    def forward(self, inputs_embeds: Tensor, past_k: Tensor, past_v: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """Run ``T`` new positions after ``P`` cached ones.
+
+        Args:
+            inputs_embeds: float32 ``[1, T, D]`` (``T >= 1``).
+            past_k, past_v: float32 ``[num_layers, 1, H, P, d_k]`` (``P`` may be 0).
+        Returns:
+            ``logp`` float32 ``[1, speech_token_size+1]``: log-softmax of ``llm_decoder`` at the
+            last new position; ``present_k``, ``present_v`` ``[num_layers, 1, H, P+T, d_k]``.
+        """
+        n = len(self.lm.llm.encoders)
+        ks = [past_k[i] for i in range(n)]
+        vs = [past_v[i] for i in range(n)]
+        h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, ks, vs, self.query_side_pos)
+        logits = self.lm.llm_decoder(h[:, -1])
+        return torch.log_softmax(logits, dim=-1), torch.stack(pk), torch.stack(pv)
+
+    def empty_cache(self) -> tuple[Tensor, Tensor]:
+        """Empty ``(past_k, past_v)``, each ``[num_layers, 1, H, 0, d_k]`` float32."""
+        enc = self.lm.llm
+        shape = (len(enc.encoders), 1, enc.num_heads, 0, enc.head_dim)
+        return torch.zeros(shape), torch.zeros(shape)

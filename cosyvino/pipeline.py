@@ -1,0 +1,221 @@
+"""CosyVoice v1 inference orchestration, written once for every backend (numpy only).
+
+What lives here: the LLM input layout and the speech-token sampling loop (upstream
+``cosyvoice/llm/llm.py`` ``TransformerLM.inference``), the flow conditioning, length-regulation
+matrix and CFM ODE loop (``cosyvoice/flow/flow.py``, ``flow_matching.py``), the NSF random draws
+and vocoder calls (``cosyvoice/hifigan/generator.py``), and speed change. A backend only runs the
+fixed stage computations of :class:`cosyvino.backends.Stages`. Must not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .backends.base import LLMSession, Stages
+from .cfm import solve_euler_cfg
+from .errors import InputError
+from .length_regulation import interpolation_matrix, mel_frames_for_tokens
+from .nsf import draw_source_noise
+from .sampling import ras_sample
+from .timing import StageTimes
+
+
+def linear_resize_time(mel: np.ndarray, n_out: int) -> np.ndarray:
+    """Linear interpolation of ``mel`` [1, C, T] along time to ``n_out`` frames
+    (``F.interpolate(mode='linear', align_corners=False)`` semantics; upstream speed change)."""
+    n_in = mel.shape[-1]
+    if n_out == n_in:
+        return mel
+    src = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
+    src = np.clip(src, 0.0, n_in - 1)
+    lo = np.floor(src).astype(np.int64)
+    hi = np.minimum(lo + 1, n_in - 1)
+    w = (src - lo).astype(np.float32)
+    return (mel[..., lo] * (1 - w) + mel[..., hi] * w).astype(np.float32)
+
+
+class Pipeline:
+    """Text tokens -> speech tokens -> mel -> waveform on one loaded :class:`Stages`."""
+
+    def __init__(self, stages: Stages):
+        self.stages = stages
+        self.config = stages.config
+        self._sos, self._task = stages.llm_special_embeddings()
+
+    # ---- LLM -------------------------------------------------------------------------------
+    def build_lm_input(self, text_token: np.ndarray, embedding: np.ndarray | None,
+                       prompt_text_token: np.ndarray | None = None,
+                       prompt_speech_token: np.ndarray | None = None,
+                       times: StageTimes | None = None) -> np.ndarray:
+        """``[SOS][SPK][TEXT_ENC(prompt_text ⧺ text)][TASK][PROMPT_SPEECH]`` float32 [1, T, D].
+
+        ``embedding`` None drops the SPK slot (instruct mode). Token arrays are int [1, L].
+        """
+        times = times or StageTimes()
+        text = np.asarray(text_token, dtype=np.int64).reshape(1, -1)
+        if prompt_text_token is not None and np.size(prompt_text_token):
+            text = np.concatenate(
+                [np.asarray(prompt_text_token, dtype=np.int64).reshape(1, -1), text], axis=1)
+        parts = [self._sos]
+        with times.measure("text_encoder"):
+            if embedding is not None:
+                parts.append(self.stages.embed_llm_speaker(
+                    np.asarray(embedding, dtype=np.float32).reshape(1, -1)))
+            parts.append(self.stages.encode_text(text))
+        parts.append(self._task)
+        if prompt_speech_token is not None and np.size(prompt_speech_token):
+            parts.append(self.stages.embed_speech_tokens(
+                np.asarray(prompt_speech_token, dtype=np.int64).reshape(1, -1)))
+        return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
+    def generate_speech_tokens(self, text_token: np.ndarray, embedding: np.ndarray | None,
+                               rng: np.random.Generator, *,
+                               prompt_text_token: np.ndarray | None = None,
+                               prompt_speech_token: np.ndarray | None = None,
+                               num_tokens: int | None = None,
+                               session: LLMSession | None = None,
+                               times: StageTimes | None = None,
+                               on_token: Callable[[int], None] | None = None) -> np.ndarray:
+        """Autoregressive RAS decoding with the KV cache.
+
+        EOS is forbidden until ``int(2 * n_text)`` tokens and decoding stops at
+        ``int(20 * n_text)`` (n_text = tts text tokens, prompt text excluded; upstream
+        ``min_token_text_ratio``/``max_token_text_ratio``). ``num_tokens`` forces exactly that
+        many tokens (EOS never sampled) — for benchmarks with a fixed audio length.
+
+        Returns:
+            int64 [N] speech tokens (EOS not included).
+        """
+        cfg = self.config.llm
+        times = times or StageTimes()
+        n_text = int(np.size(text_token))
+        if n_text == 0:
+            raise InputError("no text tokens to synthesize")
+        eos = cfg.eos_token
+        if num_tokens is not None:
+            if num_tokens < 1:
+                raise InputError(f"num_tokens must be >= 1, got {num_tokens}")
+            min_len, max_len = num_tokens, num_tokens
+        else:
+            min_len = int(n_text * cfg.min_token_text_ratio)
+            max_len = int(n_text * cfg.max_token_text_ratio)
+        lm_input = self.build_lm_input(text_token, embedding, prompt_text_token,
+                                       prompt_speech_token, times)
+        own_session = session is None
+        session = session or self.stages.new_llm_session()
+        session.reset()
+        out: list[int] = []
+        try:
+            with times.measure("llm_prefill"):
+                logp = session.forward(lm_input)
+            for step in range(max_len):
+                with times.measure("llm_sampling"):
+                    if step < min_len:
+                        logp = logp.copy()
+                        logp[eos] = -np.inf
+                    token = ras_sample(logp, out, rng, cfg.sampling)
+                if token == eos:
+                    break
+                out.append(token)
+                if on_token is not None:
+                    on_token(token)
+                if len(out) >= max_len:
+                    break
+                emb = self.stages.embed_speech_tokens(np.array([[token]], dtype=np.int64))
+                with times.measure("llm_decode"):
+                    logp = session.forward(emb)
+        finally:
+            if own_session:
+                session.close()
+            else:
+                session.reset()
+        return np.asarray(out, dtype=np.int64)
+
+    # ---- flow ------------------------------------------------------------------------------
+    def tokens_to_mel(self, tokens: np.ndarray, embedding: np.ndarray,
+                      rng: np.random.Generator | None = None, *,
+                      noise: np.ndarray | None = None,
+                      prompt_token: np.ndarray | None = None,
+                      prompt_feat: np.ndarray | None = None,
+                      times: StageTimes | None = None) -> np.ndarray:
+        """Speech tokens int [N2] -> mel float32 [1, 80, M2], M2 = int(N2 / 50 * 22050 / 256).
+
+        ``prompt_token`` int [N1] and ``prompt_feat`` float32 [M1, 80] (or [1, M1, 80]) condition
+        on a prompt (zero-shot); ``noise`` float32 [1, 80, M1 + M2] replaces the draw from
+        ``rng`` (parity tests).
+        """
+        times = times or StageTimes()
+        fcfg = self.config.flow
+        gen = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if gen.size == 0:
+            raise InputError("no speech tokens to synthesize")
+        prompt = (np.zeros(0, dtype=np.int64) if prompt_token is None
+                  else np.asarray(prompt_token, dtype=np.int64).reshape(-1))
+        feat = (np.zeros((0, fcfg.output_size), dtype=np.float32) if prompt_feat is None
+                else np.asarray(prompt_feat, dtype=np.float32).reshape(-1, fcfg.output_size))
+        n1, n2 = prompt.size, gen.size
+        m1 = feat.shape[0]
+        m2 = mel_frames_for_tokens(n2, token_rate=fcfg.input_frame_rate,
+                                   sample_rate=self.config.sample_rate,
+                                   hop=self.config.hift.hop_length)
+        with times.measure("flow_encoder"):
+            h, spks = self.stages.flow_encode(np.concatenate([prompt, gen])[None, :],
+                                              np.asarray(embedding, np.float32).reshape(1, -1))
+            interp = interpolation_matrix(n1, n2, m1, m2)
+            mu = self.stages.length_regulate(h, interp)  # [1, M, 80]
+        m = m1 + m2
+        mu_cm = np.ascontiguousarray(mu.transpose(0, 2, 1))
+        cond = np.zeros((1, fcfg.output_size, m), dtype=np.float32)
+        cond[0, :, :m1] = feat.T
+        mask = np.ones((1, 1, m), dtype=np.float32)
+        if noise is None:
+            if rng is None:
+                raise InputError("tokens_to_mel needs rng or noise")
+            noise = rng.standard_normal((1, fcfg.output_size, m), dtype=np.float32)
+        with times.measure("flow_estimator"):
+            mel = solve_euler_cfg(self.stages.estimate, noise, mask, mu_cm, spks, cond,
+                                  n_timesteps=fcfg.cfm.n_timesteps,
+                                  cfg_rate=fcfg.cfm.inference_cfg_rate)
+        return np.ascontiguousarray(mel[:, :, m1:])
+
+    # ---- vocoder ---------------------------------------------------------------------------
+    def mel_to_wav(self, mel: np.ndarray, rng: np.random.Generator | None = None, *,
+                   source: np.ndarray | None = None,
+                   times: StageTimes | None = None) -> np.ndarray:
+        """mel float32 [1, 80, T] -> waveform float32 [hop * T] at the model rate (22050 Hz).
+
+        ``source`` float32 [1, 1, hop*T] replaces the NSF source drawn from ``rng``.
+        """
+        times = times or StageTimes()
+        h = self.config.hift
+        mel = np.ascontiguousarray(mel, dtype=np.float32)
+        with times.measure("vocoder"):
+            if source is None:
+                if rng is None:
+                    raise InputError("mel_to_wav needs rng or source")
+                f0 = self.stages.vocoder_f0(mel)
+                phase, noise = draw_source_noise(rng, mel.shape[-1], h.nb_harmonics,
+                                                 h.hop_length)
+                source = self.stages.vocoder_source(f0, phase, noise)
+            wav = self.stages.vocoder_decode(mel, np.ascontiguousarray(source, np.float32))
+        return np.asarray(wav, dtype=np.float32).reshape(-1)
+
+    # ---- whole segment ---------------------------------------------------------------------
+    def segment_to_wav(self, text_token: Sequence[int], embedding: np.ndarray,
+                       rng: np.random.Generator, *, speed: float = 1.0,
+                       num_tokens: int | None = None,
+                       speech_tokens: np.ndarray | None = None,
+                       session: LLMSession | None = None,
+                       times: StageTimes | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """One text segment (sft mode) -> (waveform float32 [S], speech tokens int64 [N])."""
+        times = times or StageTimes()
+        if speech_tokens is None:
+            speech_tokens = self.generate_speech_tokens(
+                np.asarray(text_token, dtype=np.int64)[None, :], embedding, rng,
+                num_tokens=num_tokens, session=session, times=times)
+        mel = self.tokens_to_mel(speech_tokens, embedding, rng, times=times)
+        if speed != 1.0:
+            mel = linear_resize_time(mel, max(1, int(mel.shape[-1] / speed)))
+        return self.mel_to_wav(mel, rng, times=times), speech_tokens
