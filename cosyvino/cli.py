@@ -112,24 +112,13 @@ def synth(text, model_dir, speaker, text_file, output, fmt, speed, seed, num_spe
 def _synthesize_with_progress(synth_, text, speaker, speed, seed, num_speech_tokens):
     from tqdm import tqdm
 
-    from .audio import Audio  # noqa: F401
-
-    segments = synth_.frontend.segments(text)
-    start_chunks = []
-    import time
-
-    start = time.perf_counter()
-    first = None
-    gen = synth_._run_segments(segments, synth_._embedding(speaker), synth_._rng(seed),
-                               synth_._check_speed(speed), num_speech_tokens)
-    with tqdm(total=len(segments), desc="segments", unit="seg", disable=len(segments) < 2,
-              file=sys.stderr) as bar:
-        for chunk in gen:
-            if first is None:
-                first = time.perf_counter() - start
-            start_chunks.append(chunk)
+    with tqdm(desc="segments", unit="seg", file=sys.stderr, leave=False,
+              disable=not sys.stderr.isatty()) as bar:
+        def advance(done, total):
+            bar.total = total
             bar.update(1)
-    return synth_._join(start_chunks, time.perf_counter() - start, first)
+        return synth_.synthesize(text, speaker, speed=speed, seed=seed,
+                                 num_speech_tokens=num_speech_tokens, on_segment=advance)
 
 
 @main.command()

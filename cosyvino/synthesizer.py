@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -32,6 +32,24 @@ def _stats(times: StageTimes, audio_seconds: float, wall: float, n_tokens: int) 
         "wall_seconds": round(wall, 4),
         "rtf": round(wall / audio_seconds, 4) if audio_seconds > 0 else None,
     }
+
+
+class SegmentStream:
+    """Iterator of per-segment :class:`Audio` returned by :meth:`Synthesizer.stream`;
+    ``total`` is the number of text segments. ``close()`` stops early."""
+
+    def __init__(self, gen: Iterator[Audio], total: int):
+        self._gen = gen
+        self.total = total
+
+    def __iter__(self) -> "SegmentStream":
+        return self
+
+    def __next__(self) -> Audio:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
 
 
 class Synthesizer:
@@ -104,7 +122,7 @@ class Synthesizer:
 
     # ---- synthesis ---------------------------------------------------------------------------
     def stream(self, text: str, speaker: str, *, speed: float = 1.0, seed: int | None = None,
-               num_speech_tokens: int | None = None) -> Iterator[Audio]:
+               num_speech_tokens: int | None = None) -> SegmentStream:
         """Yield one :class:`Audio` per text segment, as soon as it is synthesized.
 
         Args:
@@ -130,7 +148,8 @@ class Synthesizer:
                              f"{num_speech_tokens!r}")
         rng = self._rng(seed)
         segments = self.frontend.segments(text)  # raises EmptyTextError
-        return self._run_segments(segments, embedding, rng, speed, num_speech_tokens)
+        return SegmentStream(self._run_segments(segments, embedding, rng, speed,
+                                                num_speech_tokens), len(segments))
 
     def _run_segments(self, segments, embedding, rng, speed, num_tokens) -> Iterator[Audio]:
         for seg in segments:
@@ -147,17 +166,22 @@ class Synthesizer:
             yield audio
 
     def synthesize(self, text: str, speaker: str, *, speed: float = 1.0,
-                   seed: int | None = None, num_speech_tokens: int | None = None) -> Audio:
+                   seed: int | None = None, num_speech_tokens: int | None = None,
+                   on_segment: Callable[[int, int], None] | None = None) -> Audio:
         """Synthesize the whole text; segments are concatenated. Same arguments and errors as
-        :meth:`stream`. ``Audio.stats`` has per-stage seconds, RTF and first-segment latency."""
+        :meth:`stream`; ``on_segment(done, total)`` is called after each segment (progress).
+        ``Audio.stats`` has per-stage seconds, RTF and first-segment latency."""
         start = time.perf_counter()
         chunks: list[Audio] = []
         first_latency = None
-        for chunk in self.stream(text, speaker, speed=speed, seed=seed,
-                                 num_speech_tokens=num_speech_tokens):
+        stream = self.stream(text, speaker, speed=speed, seed=seed,
+                             num_speech_tokens=num_speech_tokens)
+        for chunk in stream:
             if first_latency is None:
                 first_latency = time.perf_counter() - start
             chunks.append(chunk)
+            if on_segment is not None:
+                on_segment(len(chunks), stream.total)
         return self._join(chunks, time.perf_counter() - start, first_latency)
 
     def tokens_to_audio(self, speech_tokens: Sequence[int], speaker: str, *, speed: float = 1.0,

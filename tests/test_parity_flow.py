@@ -33,31 +33,19 @@ from cosyvino.models.torch.length_regulator import (  # noqa: E402
     LengthRegulatorStage,
 )
 
-TINY_A = Path(__file__).parent / "fixtures" / "tiny-a"
+from conftest import TINY_A, golden_dirs  # noqa: E402
+from cosyvino.models.yaml_config import read_model_config  # noqa: E402
 TOL = 1e-4
 
 
-def _golden_dirs() -> list[Path]:
-    dirs = [TINY_A]
-    for item in os.environ.get("COSYVINO_GOLDEN_DIRS", "").split(":"):
-        if item.strip():
-            dirs.append(Path(item.strip()))
-    return dirs
+GOLDEN_DIRS = golden_dirs()
 
 
-GOLDEN_DIRS = _golden_dirs()
 _IDS = [d.name if d == TINY_A else str(d) for d in GOLDEN_DIRS]
 
 
 @functools.lru_cache(maxsize=None)
 def _model_config(model_dir: Path):
-    try:
-        from cosyvino.models.yaml_config import read_model_config
-    except ImportError:  # pragma: no cover - yaml reader not available
-        if model_dir.resolve() != TINY_A.resolve():
-            pytest.skip("cosyvino.models.yaml_config not importable; cannot read " + str(model_dir))
-        from cosyvino.models.presets import tiny
-        return tiny()
     return read_model_config(model_dir / "cosyvoice.yaml")
 
 

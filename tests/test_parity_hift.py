@@ -33,29 +33,15 @@ from cosyvino.models.weight_norm import (  # noqa: E402
 )
 from cosyvino.nsf import draw_source_noise  # noqa: E402
 
-TINY_A = Path(__file__).parent / "fixtures" / "tiny-a"
+from conftest import TINY_A, golden_dirs  # noqa: E402
+from cosyvino.models.yaml_config import read_model_config  # noqa: E402
 _PG, _PV = ".parametrizations.weight.original0", ".parametrizations.weight.original1"
 
 
-def _golden_dirs() -> list[Path]:
-    dirs = [TINY_A]
-    for item in os.environ.get("COSYVINO_GOLDEN_DIRS", "").split(":"):
-        if item.strip():
-            dirs.append(Path(item.strip()))
-    return dirs
-
-
-GOLDEN_DIRS = _golden_dirs()
+GOLDEN_DIRS = golden_dirs()
 
 
 def _hift_config(model_dir: Path):
-    try:
-        from cosyvino.models.yaml_config import read_model_config
-    except ImportError:  # pragma: no cover - yaml reader not available
-        if model_dir.resolve() != TINY_A.resolve():
-            pytest.skip("cosyvino.models.yaml_config not importable; cannot read " + str(model_dir))
-        from cosyvino.models.presets import tiny
-        return tiny().hift
     return read_model_config(model_dir / "cosyvoice.yaml").hift
 
 

@@ -30,20 +30,12 @@ SELF_TOL = 1e-5
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def _golden_dirs() -> list[Path]:
-    dirs = [FIXTURES / "tiny-a"]
-    extra = os.environ.get("COSYVINO_GOLDEN_DIRS", "")
-    dirs += [Path(p) for p in extra.split(os.pathsep) if p]
-    return dirs
+from conftest import golden_dirs as _golden_dirs  # noqa: E402
 
 
 def _model_config(model_dir: Path):
-    try:
-        from cosyvino.models.yaml_config import read_model_config
-    except ImportError:  # the yaml reader is not there yet
-        from cosyvino.models.presets import tiny
+    from cosyvino.models.yaml_config import read_model_config
 
-        return tiny()
     return read_model_config(model_dir / "cosyvoice.yaml")
 
 
