@@ -70,12 +70,18 @@ def write_audio_file(path: str, samples: np.ndarray, sample_rate: int, fmt: str)
 
     container, subtype = FORMATS[fmt]
     directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    if not os.path.isdir(directory):
+        # A typo in an output path must not silently create directories.
+        raise InputError(f"output directory does not exist: {directory}")
     fd, tmp = tempfile.mkstemp(prefix=".cosyvino-", suffix=f".{fmt}", dir=directory)
     os.close(fd)
     try:
         sf.write(tmp, np.clip(samples, -1.0, 1.0), sample_rate, format=container,
                  subtype=subtype)
+        # mkstemp creates 0600; give the file the mode a plain open() would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

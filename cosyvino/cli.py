@@ -12,7 +12,7 @@ from functools import wraps
 
 import click
 
-from .errors import CosyvinoError, InputError
+from .errors import CosyvinoError, InputError, ModelDirError
 
 DEMO_SENTENCES = (
     ("zh", "中文女", "你好，欢迎使用 cosyvino，这是在普通服务器处理器上运行的语音合成服务。"),
@@ -73,7 +73,8 @@ def main():
 @main.command()
 @click.argument("text", required=False)
 @_model_dir_opt
-@click.option("--speaker", "-s", default=None, help="Speaker id (see `cosyvino speakers`).")
+@click.option("--speaker", "-s", default=None,
+              help="Speaker id (see `cosyvino speakers`; default: the model's first speaker).")
 @click.option("--text-file", type=click.File("r", encoding="utf-8"), default=None,
               help="Read the text from a file ('-' = stdin).")
 @click.option("-o", "--output", default="out.wav", show_default=True, help="Output file.")
@@ -106,7 +107,7 @@ def synth(text, model_dir, speaker, text_file, output, fmt, speed, seed, num_spe
         click.echo(json.dumps(stats, ensure_ascii=False, indent=2))
     else:
         click.echo(_stage_table(stats))
-        click.echo(f"wrote {output}: {_summary(stats)}")
+        click.echo(f"wrote {output} (speaker {speaker}, backend {backend}): {_summary(stats)}")
 
 
 def _synthesize_with_progress(synth_, text, speaker, speed, seed, num_speech_tokens):
@@ -161,6 +162,8 @@ def speakers(model_dir, as_json):
     from .models.checkpoint import load_spk2info
 
     model_dir = model_dir or ensure_default_model()
+    if not os.path.isdir(model_dir):
+        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
     names = list(load_spk2info(os.path.join(model_dir, "spk2info.pt")))
     click.echo(json.dumps(names, ensure_ascii=False) if as_json else "\n".join(names))
 
@@ -180,7 +183,10 @@ def make_model_cmd(out_dir, preset, seed, hift_weight_norm, overwrite):
 
     from .models.synthetic import make_model
 
-    with tqdm(total=5, desc=f"make-model {preset}", file=sys.stderr) as bar:
+    if os.path.exists(out_dir) and not overwrite:
+        raise InputError(f"{out_dir} already exists; pick a new directory or use --overwrite")
+    with tqdm(total=4, desc=f"make-model {preset}", file=sys.stderr,
+              disable=not sys.stderr.isatty()) as bar:
         def step(msg):
             bar.set_postfix_str(msg)
             bar.update(1)
@@ -222,6 +228,7 @@ def backends():
         click.echo(f"{name}: {cls.description}" + ("" if ok else f" (unavailable: {why})"))
     for name, err in plugin_errors().items():
         click.echo(f"{name}: FAILED TO LOAD: {err}")
+
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -59,9 +60,33 @@ def test_speakers_info_backends(tiny_model_dir):
     data = json.loads(r.output)
     assert data["synthetic"] is True and data["sample_rate"] == 22050
     r = CliRunner().invoke(main, ["backends"])
-    assert r.exit_code == 0 and r.output.startswith("torch:")
+    assert r.exit_code == 0
+    assert any(line.startswith("torch: ") for line in r.output.splitlines())
 
 
 def test_make_model_refuses_existing_dir(tiny_model_dir):
     r = CliRunner().invoke(main, ["make-model", "--preset", "tiny", str(tiny_model_dir)])
     assert r.exit_code == 2 and "already exists" in r.output
+
+
+def test_output_in_missing_directory_is_refused(tiny_model_dir, tmp_path):
+    out = tmp_path / "no" / "such" / "dir" / "a.wav"
+    r = CliRunner().invoke(main, ["synth", "--model-dir", str(tiny_model_dir),
+                                  "--num-speech-tokens", "5", "hi.", "-o", str(out)])
+    assert r.exit_code == 2 and "output directory does not exist" in r.output
+    assert not (tmp_path / "no").exists()
+
+
+def test_output_file_mode_follows_umask(tiny_model_dir, tmp_path):
+    out = tmp_path / "m.wav"
+    r = CliRunner().invoke(main, ["synth", "--model-dir", str(tiny_model_dir),
+                                  "--num-speech-tokens", "5", "hi.", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_speakers_on_missing_dir(tmp_path):
+    r = CliRunner().invoke(main, ["speakers", "--model-dir", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "model directory not found" in r.output

@@ -75,8 +75,8 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
         raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     out_dir = os.path.abspath(os.fspath(out_dir))
     if os.path.exists(out_dir) and not overwrite:
-        raise ModelDirError(f"{out_dir} already exists; pick a new directory or pass "
-                            "overwrite", out_dir)
+        raise ModelDirError(f"{out_dir} already exists; pick a new directory or use "
+                            "--overwrite (overwrite=True)", out_dir)
     say = progress or (lambda msg: None)
     cfg = PRESETS[preset]()
     parent = os.path.dirname(out_dir)
