@@ -230,6 +230,13 @@ def backends():
         click.echo(f"{name}: FAILED TO LOAD: {err}")
 
 
+main.add_command(__import__("cosyvino.cli_convert", fromlist=["convert"]).convert)
+main.add_command(__import__("cosyvino.cli_bench", fromlist=["bench"]).bench)
+
+main.add_command(__import__("cosyvino.server.cli", fromlist=["serve"]).serve)
+
+main.add_command(__import__("cosyvino.planner.cli", fromlist=["plan"]).plan)
+
 
 if __name__ == "__main__":
     main()

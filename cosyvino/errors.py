@@ -59,9 +59,20 @@ class UnknownSpeakerError(InputError, KeyError):
         return self.args[0]
 
 
+class SynthesisCancelled(CosyvinoError):
+    """Synthesis was stopped through the ``cancel`` event of :meth:`Synthesizer.stream`."""
+
+
 class BackendError(CosyvinoError):
     """A backend is unknown, failed to load, or a stage failed to run."""
 
 
 class PluginError(BackendError):
     """A plugin failed to import or registered something malformed."""
+
+
+class ConvertedModelError(ModelDirError):
+    """A converted (OpenVINO IR) model directory is missing, stale, corrupt or was edited.
+
+    ``path`` names the offending file; the message says to re-run ``cosyvino convert``.
+    """

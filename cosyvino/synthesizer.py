@@ -15,7 +15,8 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .audio import Audio
-from .errors import InputError, UnknownSpeakerError
+from .backends.base import LLMSession
+from .errors import BackendError, InputError, SynthesisCancelled, UnknownSpeakerError
 from .frontend import TextFrontend
 from .pipeline import Pipeline, linear_resize_time  # noqa: F401  (re-export for users)
 from .plugins import get_backend
@@ -32,6 +33,26 @@ def _stats(times: StageTimes, audio_seconds: float, wall: float, n_tokens: int) 
         "wall_seconds": round(wall, 4),
         "rtf": round(wall / audio_seconds, 4) if audio_seconds > 0 else None,
     }
+
+
+class _CancellableSession(LLMSession):
+    """Wraps a backend LLM session; raises SynthesisCancelled at the next token once
+    ``cancel`` is set (so a cancelled request stops mid-segment, not after it)."""
+
+    def __init__(self, inner: LLMSession, cancel: threading.Event):
+        self._inner = inner
+        self._cancel = cancel
+
+    def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
+        if self._cancel.is_set():
+            raise SynthesisCancelled("synthesis cancelled")
+        return self._inner.forward(inputs_embeds)
+
+    def reset(self) -> None:
+        self._inner.reset()
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 class SegmentStream:
@@ -61,6 +82,10 @@ class Synthesizer:
             synthetic).
         backend: backend plugin name (``cosyvino backends`` lists them; ``"torch"`` built in).
         num_threads: CPU threads for the backend (None = backend default).
+        max_parallel: how many segments may run at once on this one loaded model (from
+            different threads; each call has its own LLM session). Values > 1 need a backend
+            whose stages are thread-safe per call (``Stages.thread_safe``); default 1
+            serializes segments.
         **backend_options: passed to the backend's ``load``.
 
     Raises:
@@ -69,7 +94,7 @@ class Synthesizer:
     """
 
     def __init__(self, model_dir: str | None = None, backend: str = "torch", *,
-                 num_threads: int | None = None, **backend_options):
+                 num_threads: int | None = None, max_parallel: int = 1, **backend_options):
         if model_dir is None:
             from .defaults import ensure_default_model
             model_dir = ensure_default_model()
@@ -83,7 +108,24 @@ class Synthesizer:
         self.config = self.stages.config
         self.pipeline = Pipeline(self.stages)
         self.frontend = TextFrontend()
-        self._lock = threading.Lock()
+        self.set_max_parallel(max_parallel)
+
+    def set_max_parallel(self, n: int) -> None:
+        """Allow ``n`` segments to run at once on this model (see ``max_parallel``). Call it
+        while no synthesis is running.
+
+        Raises:
+            InputError: ``n`` is not a positive integer.
+            BackendError: ``n > 1`` on a backend whose stages are not thread-safe.
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InputError(f"max_parallel must be a positive integer, got {n!r}")
+        if n > 1 and not getattr(self.stages, "thread_safe", False):
+            raise BackendError(f"backend {self.backend_name!r} is not thread-safe per call; "
+                               "use one Synthesizer per worker (max_parallel=1)")
+        self.max_parallel = n
+        # Guards the stage calls: a plain lock (n = 1) or a bounded semaphore.
+        self._lock = threading.Lock() if n == 1 else threading.BoundedSemaphore(n)
 
     # ---- properties --------------------------------------------------------------------------
     @property
@@ -122,7 +164,8 @@ class Synthesizer:
 
     # ---- synthesis ---------------------------------------------------------------------------
     def stream(self, text: str, speaker: str, *, speed: float = 1.0, seed: int | None = None,
-               num_speech_tokens: int | None = None) -> SegmentStream:
+               num_speech_tokens: int | None = None,
+               cancel: threading.Event | None = None) -> SegmentStream:
         """Yield one :class:`Audio` per text segment, as soon as it is synthesized.
 
         Args:
@@ -132,6 +175,8 @@ class Synthesizer:
             seed: makes the output reproducible (None = random).
             num_speech_tokens: force exactly this many speech tokens per segment (50 tokens =
                 1 s; benchmarks).
+            cancel: when set (from another thread), synthesis stops at the next speech token
+                and the iterator raises :class:`~cosyvino.errors.SynthesisCancelled`.
 
         Raises:
             EmptyTextError: nothing speakable in ``text``.
@@ -149,16 +194,25 @@ class Synthesizer:
         rng = self._rng(seed)
         segments = self.frontend.segments(text)  # raises EmptyTextError
         return SegmentStream(self._run_segments(segments, embedding, rng, speed,
-                                                num_speech_tokens), len(segments))
+                                                num_speech_tokens, cancel), len(segments))
 
-    def _run_segments(self, segments, embedding, rng, speed, num_tokens) -> Iterator[Audio]:
+    def _run_segments(self, segments, embedding, rng, speed, num_tokens,
+                      cancel=None) -> Iterator[Audio]:
         for seg in segments:
+            if cancel is not None and cancel.is_set():
+                raise SynthesisCancelled("synthesis cancelled")
             times = StageTimes()
             start = time.perf_counter()
-            with self._lock:
-                wav, tokens = self.pipeline.segment_to_wav(
-                    seg.token_ids, embedding, rng, speed=speed, num_tokens=num_tokens,
-                    times=times)
+            session = (None if cancel is None
+                       else _CancellableSession(self.stages.new_llm_session(), cancel))
+            try:
+                with self._lock:
+                    wav, tokens = self.pipeline.segment_to_wav(
+                        seg.token_ids, embedding, rng, speed=speed, num_tokens=num_tokens,
+                        session=session, times=times)
+            finally:
+                if session is not None:
+                    session.close()
             wall = time.perf_counter() - start
             audio = Audio(wav, self.sample_rate, tokens, {})
             audio.stats = _stats(times, audio.duration, wall, int(tokens.size))
@@ -224,3 +278,33 @@ class Synthesizer:
         audio.stats["first_segment_latency"] = (round(first_latency, 4)
                                                 if first_latency is not None else None)
         return audio
+
+    # ---- planner (issue 5): Synthesizer.auto ------------------------------------------------
+    #: the :class:`cosyvino.planner.Plan` this instance was built from (``auto`` only)
+    plan = None
+
+    @classmethod
+    def auto(cls, model_dir: str | None = None, plan=None, *,
+             goal: str = "latency") -> "Synthesizer":
+        """A Synthesizer configured by the deployment plan (backend, threads, streams,
+        precision, pinning).
+
+        Args:
+            model_dir: as in the constructor (None = the plan's model, else the default).
+            plan: a :class:`cosyvino.planner.Plan`, a plan file path, or None: look in
+                ``$COSYVINO_PLAN``, ``./plan.toml``, ``<model_dir>/plan.toml``; if none is
+                found, plan now for this machine (nothing is written; see ``cosyvino plan``).
+            goal: "latency" or "throughput", used only when planning on the fly.
+
+        Warns :class:`cosyvino.planner.auto.PlanMismatchWarning` when this machine no longer
+        matches the plan's probe (CPU count, quota, ISA flags, memory). ``self.plan`` holds
+        the plan used.
+
+        Raises:
+            cosyvino.planner.PlanError: unreadable plan file given; no usable backend; not
+                enough memory. Plus the constructor's errors.
+        """
+        from .planner.auto import resolve_plan, synthesizer_from_plan
+
+        resolved = resolve_plan(model_dir, plan, goal=goal)
+        return synthesizer_from_plan(cls, model_dir, resolved)

@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-os.environ.setdefault("COSYVINO_PLUGINS", "torch")
+os.environ.setdefault("COSYVINO_PLUGINS", "torch,openvino")
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TINY_A = FIXTURES / "tiny-a"
@@ -26,3 +26,31 @@ def tiny_model_dir(tmp_path_factory) -> str:
     from cosyvino.models.synthetic import make_model
 
     return make_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=3)
+
+
+@pytest.fixture(scope="session")
+def converted_dir(tmp_path_factory):
+    """``converted_dir(src) -> str``: ``src`` converted to OpenVINO IR once per test session.
+    tests/fixtures/tiny-a goes through the ``cosyvino convert`` CLI (so the CLI is covered)."""
+    pytest.importorskip("openvino")
+    cache: dict[str, str] = {}
+
+    def get(src) -> str:
+        src = str(src)
+        if src not in cache:
+            out = tmp_path_factory.mktemp("ov") / pathlib.Path(src).name
+            if pathlib.Path(src) == TINY_A:
+                from click.testing import CliRunner
+
+                from cosyvino.cli import main
+                res = CliRunner().invoke(main, ["convert", "--model-dir", src, "--out",
+                                                str(out)])
+                assert res.exit_code == 0, res.output
+                assert "wrote" in res.output
+            else:
+                from cosyvino.export.openvino import convert_model_dir
+                convert_model_dir(src, str(out))
+            cache[src] = str(out)
+        return cache[src]
+
+    return get

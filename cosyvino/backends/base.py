@@ -43,6 +43,10 @@ class Stages(abc.ABC):
     config: ModelConfig
     #: speaker name -> embedding float32 [1, 192]
     speakers: dict[str, np.ndarray]
+    #: True when stage calls (and sessions from :meth:`new_llm_session`) may run concurrently
+    #: from several threads on this one object (``Synthesizer(max_parallel=N)``, the server's
+    #: shared-model pool). False: the server loads one model per worker instead.
+    thread_safe: ClassVar[bool] = False
 
     # ---- LLM -------------------------------------------------------------------------------
     @abc.abstractmethod

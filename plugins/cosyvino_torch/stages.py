@@ -54,6 +54,10 @@ class TorchLLMSession(LLMSession):
 
 
 class TorchStages(Stages):
+    # Modules are only read in forward (no caches mutated); the KV cache lives in each
+    # TorchLLMSession, so concurrent calls from several threads are safe.
+    thread_safe = True
+
     def __init__(self, model_dir: str):
         model = load_torch_model(model_dir)
         self.model = model

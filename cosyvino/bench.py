@@ -1,0 +1,209 @@
+"""Side-by-side backend benchmark (``cosyvino bench``): one subprocess per backend, so peak RSS
+and load time are per backend. Must not import torch (the torch backend's worker does).
+
+Fixed texts, forced speech-token counts (250 tokens = 5 s of audio per text), seed 0. Per
+backend: model load time, per-stage ms, LLM ms/token, estimator ms/call, vocoder ms, RTF,
+first-segment latency, peak RSS. Plus the LLM decode roofline: weight (+ mean KV cache) bytes
+read per generated token divided by a measured memory bandwidth (numpy copy).
+
+Worker entry point: ``python -m cosyvino.bench --worker BACKEND ...`` prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+TEXTS = (
+    ("zh", "中文女", "收到好友从远方寄来的生日礼物，那份意外的惊喜与深深的祝福让我心中充满了甜蜜的快乐。"),
+    ("en", "英文女", "CosyVoice is a multilingual speech synthesis model that runs on ordinary servers."),
+)
+
+#: (label, key in a backend result, format)
+ROWS = (
+    ("model load (s)", "load_s", "{:.2f}"),
+    ("peak RSS (MB)", "peak_rss_mb", "{:.0f}"),
+    ("text encoder + spk (ms)", "text_encoder_ms", "{:.1f}"),
+    ("LLM prefill (ms)", "llm_prefill_ms", "{:.1f}"),
+    ("LLM decode (ms)", "llm_decode_ms", "{:.0f}"),
+    ("LLM ms/token", "llm_ms_per_token", "{:.2f}"),
+    ("LLM sampling (ms)", "llm_sampling_ms", "{:.0f}"),
+    ("flow encoder + LR (ms)", "flow_encoder_ms", "{:.1f}"),
+    ("estimator (ms, 10 calls)", "flow_estimator_ms", "{:.0f}"),
+    ("estimator ms/call", "estimator_ms_per_call", "{:.1f}"),
+    ("vocoder (ms)", "vocoder_ms", "{:.0f}"),
+    ("total (s)", "total_s", "{:.2f}"),
+    ("audio (s)", "audio_s", "{:.2f}"),
+    ("RTF", "rtf", "{:.3f}"),
+    ("first-segment latency (s)", "first_segment_latency_s", "{:.2f}"),
+)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def memory_bandwidth_gbs(mb: int = 256, repeats: int = 5) -> float:
+    """Best-of-``repeats`` numpy copy bandwidth in GB/s (bytes read + bytes written)."""
+    src = np.ones(mb * (1 << 20) // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return 2 * src.nbytes / best / 1e9
+
+
+def llm_decode_bytes(config, mean_cache_len: float, weight_bytes: int = 4,
+                     kv_bytes: int = 4) -> dict:
+    """Bytes read per decode step: every LLM weight once (layers, input layer, head) plus the
+    KV cache at ``mean_cache_len`` positions."""
+    lc = config.llm
+    e = lc.llm
+    d, u, nl = e.output_size, e.linear_units, e.num_blocks
+    per_layer = (4 * (d * d + d) + d * d + 2 * d   # q k v out (+bias), linear_pos, pos biases
+                 + d * u + u + u * d + d            # FFN
+                 + 4 * d)                           # 2 LayerNorms
+    params = nl * per_layer + (e.input_size * d + 3 * d) + 2 * d  # input layer, after_norm
+    params += lc.llm_output_size * (lc.speech_token_size + 1) + lc.speech_token_size + 1
+    kv = nl * 2 * mean_cache_len * d * kv_bytes
+    return {"params": params, "weight_bytes": params * weight_bytes, "kv_bytes": kv,
+            "total_bytes": params * weight_bytes + kv}
+
+
+def _row(tts, audio) -> dict:
+    st = audio.stats["stages"]
+
+    def ms(name):
+        return 1000 * st.get(name, {}).get("seconds", 0.0)
+
+    decode_calls = max(1, st.get("llm_decode", {}).get("calls", 1))
+    est_calls = max(1, tts.config.flow.cfm.n_timesteps)
+    return {
+        "speech_tokens": audio.stats["speech_tokens"], "audio_s": audio.stats["audio_seconds"],
+        "text_encoder_ms": ms("text_encoder"), "llm_prefill_ms": ms("llm_prefill"),
+        "llm_decode_ms": ms("llm_decode"), "llm_ms_per_token": ms("llm_decode") / decode_calls,
+        "llm_sampling_ms": ms("llm_sampling"), "flow_encoder_ms": ms("flow_encoder"),
+        "flow_estimator_ms": ms("flow_estimator"),
+        "estimator_ms_per_call": ms("flow_estimator") / est_calls,
+        "vocoder_ms": ms("vocoder"), "total_s": audio.stats["wall_seconds"],
+        "rtf": audio.stats["rtf"],
+        "first_segment_latency_s": audio.stats.get("first_segment_latency"),
+    }
+
+
+def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
+               options: dict) -> dict:
+    """Load ``backend``, warm up, synthesize TEXTS with ``tokens`` forced tokens; averages."""
+    from .synthesizer import Synthesizer
+
+    t0 = time.perf_counter()
+    tts = Synthesizer(model_dir, backend=backend, num_threads=threads, **options)
+    load_s = time.perf_counter() - t0
+    tts.synthesize(TEXTS[1][2], TEXTS[1][1], seed=0, num_speech_tokens=10)  # warm-up
+    rows = []
+    for lang, speaker, text in TEXTS:
+        if speaker not in tts.speakers:
+            speaker = tts.speakers[0]
+        audio = tts.synthesize(text, speaker, seed=0, num_speech_tokens=tokens)
+        row = _row(tts, audio)
+        row["lang"] = lang
+        row["text_tokens"] = len(tts.frontend.segments(text)[0].token_ids)
+        rows.append(row)
+    mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]
+            if isinstance(rows[0][k], (int, float)) and rows[0][k] is not None}
+    info = getattr(tts.stages, "compile_info", None)
+    return {"backend": backend, "options": options, "threads": threads,
+            "load_s": load_s, "peak_rss_mb": peak_rss_mb(), "rows": rows, "mean": mean,
+            "compile_info": info.get("llm") if info else None,
+            "torch_imported": "torch" in sys.modules}
+
+
+def run_backend_subprocess(backend: str, model_dir: str, tokens: int, threads: int | None,
+                           options: dict, timeout: float = 3600) -> dict:
+    cmd = [sys.executable, "-m", "cosyvino.bench", "--worker", backend, "--model-dir",
+           model_dir, "--tokens", str(tokens), "--options", json.dumps(options)]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        msg = (out.stderr or out.stdout).strip()[-2000:]
+        return {"backend": backend,
+                "error": f"worker exited with status {out.returncode}" + (f": {msg}" if msg
+                                                                         else "")}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def roofline(config, results: list[dict], tokens: int) -> dict:
+    bw = memory_bandwidth_gbs()
+    prefix = np.mean([row["text_tokens"] for r in results if "rows" in r
+                      for row in r["rows"]] or [40]) + 3  # SOS, SPK, TASK
+    mean_len = prefix + tokens / 2
+    out = {"bandwidth_gbs": bw, "mean_cache_len": mean_len, "per_backend": {}}
+    for r in results:
+        if "mean" not in r:
+            continue
+        wb = 4
+        if r.get("compile_info") and r["compile_info"].get("INFERENCE_PRECISION_HINT") in (
+                "bf16", "f16"):
+            wb = 2
+        kvb = {"u8": 1, "f16": 2, "bf16": 2}.get(
+            (r.get("compile_info") or {}).get("KV_CACHE_PRECISION"), 4)
+        b = llm_decode_bytes(config, mean_len, wb, kvb)
+        ms = b["total_bytes"] / (bw * 1e9) * 1e3
+        out["per_backend"][r["label"]] = {
+            "bytes_per_token": b["total_bytes"], "roofline_ms_per_token": ms,
+            "measured_ms_per_token": r["mean"]["llm_ms_per_token"],
+            "ratio": r["mean"]["llm_ms_per_token"] / ms}
+    return out
+
+
+def markdown(results: list[dict], roof: dict | None) -> str:
+    ok = [r for r in results if "mean" in r]
+    head = "| metric | " + " | ".join(r["label"] for r in ok) + " |"
+    lines = [head, "|---|" + "---:|" * len(ok)]
+    for label, key, fmt in ROWS:
+        cells = []
+        for r in ok:
+            v = r.get(key, r["mean"].get(key))
+            cells.append("" if v is None else fmt.format(v))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if len(ok) >= 2:
+        base = ok[0]["mean"]["total_s"]
+        lines.append("| speed-up vs " + ok[0]["label"] + " | " + " | ".join(
+            f"{base / r['mean']['total_s']:.2f}x" for r in ok) + " |")
+    if roof:
+        lines.append(f"| LLM roofline ms/token ({roof['bandwidth_gbs']:.1f} GB/s copy) | "
+                     + " | ".join(f"{roof['per_backend'][r['label']]['roofline_ms_per_token']:.2f}"
+                                  for r in ok) + " |")
+        lines.append("| measured / roofline | " + " | ".join(
+            f"{roof['per_backend'][r['label']]['ratio']:.2f}x" for r in ok) + " |")
+    for r in results:
+        if "error" in r:
+            lines.append(f"\n{r['label']}: FAILED: {r['error'].splitlines()[-1]}")
+    return "\n".join(lines)
+
+
+def _worker_main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--tokens", type=int, default=250)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--options", default="{}")
+    a = ap.parse_args(argv)
+    res = run_worker(a.worker, a.model_dir, a.tokens, a.threads, json.loads(a.options))
+    print(json.dumps(res, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())

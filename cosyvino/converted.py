@@ -1,0 +1,171 @@
+"""The converted-model directory (``cosyvino convert`` output): layout, manifest, validation.
+
+Shared by the export side (:mod:`cosyvino.export.openvino`, which writes it) and the OpenVINO
+runtime plugin (which reads it). Must import neither torch nor openvino.
+
+Layout of a converted directory (self-contained for serving)::
+
+    manifest.json          format, versions, source file hashes, per-file hashes and precision
+    cosyvoice.yaml         copy of the source config
+    speakers.json          speaker names, in row order of speakers.npy
+    speakers.npy           float32 [S, 192] x-vectors (spk2info.pt without torch)
+    llm_tables.npz         speech_embedding [V, D], special [2, D] (sos, task_id),
+                           spk_affine_weight [D, 192], spk_affine_bias [D]
+    <stage>.xml / .bin     one OpenVINO IR per stage (see STAGES)
+
+Integrity rules checked at load (:func:`validate_converted_dir`): the manifest's own checksum
+(an edited manifest is refused), every listed file present with the recorded size, small files
+(xml, json, npy, npz, yaml) by full sha256, large ``.bin`` files by size and a sha256 of their
+first and last 4 MiB (full hashing of GBs would cost seconds per load). When the source model
+files are next to the converted dir (``D/openvino`` with ``D/llm.pt`` ...), they must be the ones
+it was converted from (size + mtime, else full sha256).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Iterable
+
+from .errors import ConvertedModelError
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+DEFAULT_SUBDIR = "openvino"
+SOURCE_FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt")
+OPTIONAL_SOURCE_FILES = ("campplus.onnx", "speech_tokenizer_v1.onnx")
+
+#: stage name -> IR file stem. ``llm`` is the stateful (KV cache in state) LLM step.
+STAGES = {
+    "text_encoder": "text_encoder",
+    "llm": "llm",
+    "flow_encoder": "flow_encoder",
+    "length_regulator": "length_regulator",
+    "estimator": "estimator",
+    "hift_f0": "hift_f0",
+    "hift_source": "hift_source",
+    "hift_decode": "hift_decode",
+}
+
+_PARTIAL = 4 << 20  # bytes hashed at each end of a large .bin
+_FULL_HASH_LIMIT = 64 << 20
+
+
+def sha256_file(path: str, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def quick_digest(path: str) -> str:
+    """sha256 of the whole file when small, else of (size, first 4 MiB, last 4 MiB)."""
+    size = os.path.getsize(path)
+    if size <= _FULL_HASH_LIMIT:
+        return sha256_file(path)
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(_PARTIAL))
+        f.seek(size - _PARTIAL)
+        h.update(f.read(_PARTIAL))
+    return "partial:" + h.hexdigest()
+
+
+def _manifest_checksum(data: dict) -> str:
+    body = {k: v for k, v in data.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=True).encode()).hexdigest()
+
+
+def source_record(path: str) -> dict:
+    st = os.stat(path)
+    return {"sha256": sha256_file(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def file_record(path: str, **extra) -> dict:
+    return {"digest": quick_digest(path), "size": os.path.getsize(path), **extra}
+
+
+def write_manifest(out_dir: str, data: dict) -> None:
+    data = dict(data)
+    data["checksum"] = _manifest_checksum(data)
+    with open(os.path.join(out_dir, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _stale(msg: str, path: str) -> ConvertedModelError:
+    return ConvertedModelError(f"{msg}; re-run `cosyvino convert` for this model", path)
+
+
+def read_manifest(conv_dir: str) -> dict:
+    path = os.path.join(conv_dir, MANIFEST)
+    if not os.path.isfile(path):
+        raise _stale(f"{path} is missing: not a converted cosyvino model directory", path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise _stale(f"{path} is unreadable ({e})", path) from None
+    if not isinstance(data, dict) or data.get("checksum") != _manifest_checksum(data):
+        raise _stale(f"{path} was edited or is corrupt (checksum mismatch)", path)
+    if data.get("format") != FORMAT:
+        raise _stale(f"{path} has format {data.get('format')!r}, this cosyvino reads "
+                     f"format {FORMAT}", path)
+    return data
+
+
+def validate_converted_dir(conv_dir: str, source_dir: str | None = None,
+                           check_files: Iterable[str] | None = None) -> dict:
+    """Check a converted dir against its manifest (and the source model when given).
+
+    Returns the manifest. Raises :class:`ConvertedModelError` naming the first bad file.
+    """
+    data = read_manifest(conv_dir)
+    files = data.get("files", {})
+    names = list(files) if check_files is None else list(check_files)
+    for name in names:
+        rec = files.get(name)
+        path = os.path.join(conv_dir, name)
+        if rec is None:
+            raise _stale(f"{path} is not listed in {MANIFEST}", path)
+        if not os.path.isfile(path):
+            raise _stale(f"{path} is missing", path)
+        if os.path.getsize(path) != rec.get("size"):
+            raise _stale(f"{path} has size {os.path.getsize(path)}, the manifest records "
+                         f"{rec.get('size')} (truncated or replaced)", path)
+        if quick_digest(path) != rec.get("digest"):
+            raise _stale(f"{path} content does not match the manifest (corrupt or replaced)",
+                         path)
+    if source_dir is not None:
+        for name, rec in data.get("source", {}).items():
+            path = os.path.join(source_dir, name)
+            if not os.path.isfile(path):
+                continue  # serving from a self-contained copy: sources need not be there
+            st = os.stat(path)
+            if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
+                continue
+            if st.st_size != rec.get("size") or sha256_file(path) != rec.get("sha256"):
+                raise _stale(f"{path} changed since the IRs in {conv_dir} were converted "
+                             "(stale IRs)", path)
+    return data
+
+
+def find_converted_dir(model_dir: str) -> tuple[str, str | None]:
+    """``(converted_dir, source_dir or None)`` for a converted dir or an official dir with an
+    ``openvino/`` subdir. Raises :class:`ConvertedModelError` when there is none."""
+    model_dir = os.fspath(model_dir)
+    if os.path.isfile(os.path.join(model_dir, MANIFEST)):
+        parent = os.path.dirname(os.path.abspath(model_dir))
+        has_src = os.path.isfile(os.path.join(parent, "llm.pt"))
+        return model_dir, (parent if has_src else None)
+    sub = os.path.join(model_dir, DEFAULT_SUBDIR)
+    if os.path.isfile(os.path.join(sub, MANIFEST)):
+        return sub, model_dir
+    path = os.path.join(model_dir, MANIFEST)
+    raise ConvertedModelError(
+        f"{model_dir} has no converted OpenVINO model ({MANIFEST} not found there or in "
+        f"{DEFAULT_SUBDIR}/); run `cosyvino convert --model-dir {model_dir}` first", path)

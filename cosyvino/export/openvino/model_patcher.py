@@ -1,0 +1,90 @@
+"""Export-time patches of our PyTorch modules for OpenVINO conversion (imports torch).
+
+* :class:`LLMCacheStep` — the KV-cached LLM step with one input/output tensor per layer and
+  K/V (``past_key_values.{i}.key`` ... / ``present.{i}.key`` ...), the layout the stateful
+  transformation pairs into per-layer states.
+* :func:`sdpa_attention` — while active, the LLM's rel-pos attention is written as
+  ``F.scaled_dot_product_attention(q + u, k, v, attn_mask=bias)`` with the positional term and
+  the causal mask folded into the additive ``bias``. Same math as
+  :meth:`RelPositionMultiHeadedAttention.forward` (``(ac + bd) / sqrt(d_k)`` becomes
+  ``ac / sqrt(d_k) + bd / sqrt(d_k)``, fp32 rounding only); it converts to an OpenVINO
+  ``ScaledDotProductAttention`` fed by the cache ``Concat``, which the CPU plugin fuses with
+  the state (stateful SDPA).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import types
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...models.torch.llm import TransformerLM
+from ...models.torch.transformer import RelPositionMultiHeadedAttention, _rel_shift
+
+
+def _sdpa_forward(self: RelPositionMultiHeadedAttention, x, pos, mask=None, past_k=None,
+                  past_v=None, query_side_pos=False):
+    q = self._heads(self.linear_q(x))
+    k = self._heads(self.linear_k(x))
+    v = self._heads(self.linear_v(x))
+    if past_k is not None and past_v is not None:
+        k = torch.cat([past_k, k], dim=2)
+        v = torch.cat([past_v, v], dim=2)
+    keys = k.shape[2]
+    scale = 1.0 / math.sqrt(self.d_k)
+    q_u = q + self.pos_bias_u.unsqueeze(1)
+    q_v = q + self.pos_bias_v.unsqueeze(1)
+    if query_side_pos:
+        w_pos = self.linear_pos.weight.reshape(self.h, self.d_k, -1)
+        raw = torch.matmul(torch.matmul(q_v, w_pos), pos.t())
+    else:
+        p = self.linear_pos(pos)
+        p = p.reshape(p.shape[0], self.h, self.d_k).transpose(0, 1)
+        raw = torch.matmul(q_v, p.transpose(-2, -1))
+    bias = _rel_shift(raw, keys) * scale  # [B, H, T, P+T]
+    if mask is not None:
+        bias = bias.masked_fill(~mask.unsqueeze(1), torch.finfo(bias.dtype).min)
+    out = F.scaled_dot_product_attention(q_u, k, v, attn_mask=bias, scale=scale)
+    b, _, t, _ = out.shape
+    out = out.transpose(1, 2).reshape(b, t, self.h * self.d_k)
+    return self.linear_out(out), k, v
+
+
+@contextlib.contextmanager
+def sdpa_attention(module: nn.Module):
+    """Within the block, every rel-pos attention under ``module`` uses the SDPA formulation."""
+    patched = [m for m in module.modules() if isinstance(m, RelPositionMultiHeadedAttention)]
+    for m in patched:
+        m.forward = types.MethodType(_sdpa_forward, m)
+    try:
+        yield
+    finally:
+        for m in patched:
+            del m.forward
+
+
+class LLMCacheStep(nn.Module):
+    """``(inputs_embeds [1, T, D], past_0_k, past_0_v, ...) -> (logp [1, V+1], present_0_k,
+    present_0_v, ...)``; per-layer caches ``[1, H, P, d_k]``.
+
+    ``query_side_pos`` as in :class:`cosyvino.models.torch.llm.LLMStepStage`.
+    """
+
+    def __init__(self, lm: TransformerLM, query_side_pos: bool = True):
+        super().__init__()
+        self.lm = lm
+        self.query_side_pos = query_side_pos
+
+    def forward(self, inputs_embeds: torch.Tensor, *past: torch.Tensor):
+        ks, vs = list(past[0::2]), list(past[1::2])
+        h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, ks, vs, self.query_side_pos)
+        logp = torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)
+        out = [logp]
+        for k, v in zip(pk, pv):
+            out += [k, v]
+        return tuple(out)
+

@@ -1,0 +1,91 @@
+"""Plan resolution for :meth:`cosyvino.Synthesizer.auto` and ``cosyvino serve``: load the plan
+(or plan on the fly), warn when the machine no longer matches, build the Synthesizer.
+
+Lookup order when no plan is given: ``$COSYVINO_PLAN``, ``./plan.toml``,
+``<model_dir>/plan.toml`` (model_dir None = the default model dir); none found = plan now
+(not written anywhere).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+from ..errors import BackendError
+from .planfile import Plan, PlanError, find_plan_file, load_plan
+
+log = logging.getLogger("cosyvino.planner")
+
+
+class PlanMismatchWarning(UserWarning):
+    """The machine (or model dir) differs from the one the plan was made for."""
+
+
+def _same_dir(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return True
+    return os.path.realpath(os.path.expanduser(a)) == os.path.realpath(os.path.expanduser(b))
+
+
+def _warn(msg: str) -> None:
+    log.warning(msg)
+    warnings.warn(msg, PlanMismatchWarning, stacklevel=4)
+
+
+def resolve_plan(model_dir: str | None = None, plan=None, *, goal: str = "latency",
+                 check: bool = True) -> Plan:
+    """The plan to run ``model_dir`` with.
+
+    Args:
+        model_dir: model to serve (None = the plan's model dir, else the default model).
+        plan: a :class:`Plan`, a path to a plan file, or None (look it up, else plan now).
+        goal: used only when planning on the fly.
+        check: compare the plan's probe with this machine and warn
+            (:class:`PlanMismatchWarning`) on differences.
+
+    Raises:
+        PlanError: an explicitly given plan file is unreadable; no workable plan.
+    """
+    from . import make_plan, probe
+
+    if isinstance(plan, (str, os.PathLike)):
+        plan = load_plan(os.fspath(plan))
+    elif plan is None:
+        path = find_plan_file(model_dir)
+        if path:
+            try:
+                plan = load_plan(path)
+            except PlanError as e:
+                _warn(f"{e}; planning on the fly instead")
+    if plan is not None and model_dir is not None and not _same_dir(plan.model_dir, model_dir):
+        _warn(f"plan {plan.path or ''} was made for {plan.model_dir}, not {model_dir}; "
+              "planning on the fly instead")
+        plan = None
+    now = probe(model_dir=model_dir if model_dir is not None else
+                (plan.model_dir if plan is not None and plan.model_dir else None))
+    if plan is None:
+        return make_plan(now, model_dir=model_dir, goal=goal)
+    if check:
+        diffs = plan.check_machine(now)
+        if diffs:
+            _warn(f"plan {plan.path or ''} does not match this machine: " + "; ".join(diffs))
+    return plan
+
+
+def synthesizer_from_plan(cls, model_dir: str | None, plan: Plan):
+    """``cls(model_dir, backend=plan.backend, **plan.backend_options)``; when the backend
+    rejects an option (older/newer plugin), retries with ``num_threads`` only and warns."""
+    if model_dir is None and plan.model_dir and os.path.isfile(
+            os.path.join(plan.model_dir, "cosyvoice.yaml")):
+        model_dir = plan.model_dir
+    opts = dict(plan.backend_options)
+    try:
+        synth = cls(model_dir, backend=plan.backend, **opts)
+    except BackendError as e:
+        if "unknown option" not in str(e) or set(opts) <= {"num_threads"}:
+            raise
+        _warn(f"backend {plan.backend!r} rejected plan options ({e}); using num_threads only")
+        synth = cls(model_dir, backend=plan.backend, num_threads=opts.get("num_threads"))
+    synth.plan = plan
+    return synth

@@ -1,0 +1,171 @@
+"""What software the planner can choose from: backend plugins, OpenVINO's view of the CPU, and
+the model precisions present on disk.
+
+Never requires OpenVINO or torch: OpenVINO is imported only when installed (for its
+FULL_DEVICE_NAME and OPTIMIZATION_CAPABILITIES); converted IRs are found by their manifest
+(``<model_dir>/openvino/manifest.json``, INT8 variants in ``<model_dir>/openvino-int8/`` or as
+per-IR precisions inside a manifest) without importing anything.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+#: pipeline stages a precision is decided for
+STAGES = ("llm", "flow", "estimator", "vocoder")
+
+#: directories (relative to the model dir) holding converted OpenVINO IRs, with a manifest;
+#: "." covers a converted dir passed as the model dir itself
+OPENVINO_DIRS = ("openvino", "openvino-int8", ".")
+
+#: torch checkpoint files the torch backend loads
+TORCH_FILES = ("llm.pt", "flow.pt", "hift.pt")
+
+
+def installed_backends() -> dict[str, dict]:
+    """Registered backend plugins: name -> {available, reason, description}."""
+    from ..plugins import backend_classes
+
+    out = {}
+    for name, cls in sorted(backend_classes().items()):
+        try:
+            ok, why = cls.is_available()
+        except Exception as e:  # a plugin's check must not break planning
+            ok, why = False, f"is_available raised {type(e).__name__}: {e}"
+        out[name] = {"available": bool(ok), "reason": why or "",
+                     "description": getattr(cls, "description", "")}
+    return out
+
+
+def openvino_view() -> dict:
+    """OpenVINO's CPU device properties, or {} when OpenVINO is not installed/failed.
+
+    OPTIMIZATION_CAPABILITIES always lists INT8 (it can run int8 graphs everywhere), so it says
+    nothing about VNNI; the planner takes ISA facts from /proc/cpuinfo instead.
+    """
+    if importlib.util.find_spec("openvino") is None:
+        return {}
+    try:
+        import openvino as ov
+
+        core = ov.Core()
+        return {"version": ov.get_version(),
+                "full_device_name": str(core.get_property("CPU", "FULL_DEVICE_NAME")),
+                "optimization_capabilities": [str(c) for c in
+                                              core.get_property("CPU",
+                                                                "OPTIMIZATION_CAPABILITIES")]}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def _stage_of(name: str) -> str | None:
+    n = name.lower()
+    if "estimator" in n:
+        return "estimator"
+    if "llm" in n or "text_encoder" in n:
+        return "llm"
+    if "hift" in n or "vocoder" in n or "f0" in n or "source" in n:
+        return "vocoder"
+    if "flow" in n or "length_regulator" in n:
+        return "flow"
+    return None
+
+
+_PREC_KEYS = ("weights", "weight_precision", "precision", "dtype")
+
+
+def _norm_prec(p) -> str:
+    p = str(p).lower()
+    return {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16",
+            "bfloat16": "bf16", "u8": "int8", "i8": "int8", "int4": "int4"}.get(p, p)
+
+
+def _manifest_precisions(manifest) -> dict[str, str]:
+    """stage -> weight precision from a manifest, tolerant of its exact layout: any dict entry
+    whose name maps to a stage and which names a precision (``weights``/``precision``...);
+    a top-level precision applies to every stage not named."""
+    found: dict[str, str] = {}
+
+    def visit(obj, name=""):
+        if isinstance(obj, dict):
+            prec = next((obj[k] for k in _PREC_KEYS if isinstance(obj.get(k), str)), None)
+            label = str(obj.get("stage") or obj.get("name") or obj.get("file") or name)
+            stage = _stage_of(label)
+            if stage and prec:
+                # the lowest precision found for a stage is what the LLM/estimator can use
+                found.setdefault(stage, _norm_prec(prec))
+                if _norm_prec(prec) == "int8":
+                    found[stage] = "int8"
+            for k, v in obj.items():
+                visit(v, str(k))
+        elif isinstance(obj, list):
+            for v in obj:
+                visit(v, name)
+
+    visit(manifest)
+    if isinstance(manifest, dict):
+        top = next((manifest[k] for k in _PREC_KEYS if isinstance(manifest.get(k), str)), None)
+        if top:
+            for s in STAGES:
+                found.setdefault(s, _norm_prec(top))
+    return found
+
+
+def _dir_bytes(path: str, suffixes) -> int:
+    total = 0
+    try:
+        for name in os.listdir(path):
+            if name.endswith(suffixes):
+                try:
+                    total += os.path.getsize(os.path.join(path, name))
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    return total
+
+
+def model_inventory(model_dir: str | None) -> dict:
+    """What a model dir holds, without loading it.
+
+    Returns {dir, exists, torch_bytes, openvino: {present, dirs, bytes, precisions}} where
+    ``precisions`` maps stage -> weight precision of the IRs on disk ("fp32", "fp16", "int8").
+    """
+    info: dict = {"dir": model_dir or "", "exists": False, "torch_bytes": 0,
+                  "openvino": {"present": False, "dirs": [], "bytes": 0, "precisions": {}}}
+    if not model_dir or not os.path.isdir(model_dir):
+        return info
+    info["exists"] = os.path.isfile(os.path.join(model_dir, "cosyvoice.yaml"))
+    if os.path.isfile(os.path.join(model_dir, "manifest.json")):
+        info["converted_dir"] = True
+    info["torch_bytes"] = sum(os.path.getsize(os.path.join(model_dir, f)) for f in TORCH_FILES
+                              if os.path.isfile(os.path.join(model_dir, f)))
+    ov = info["openvino"]
+    for sub in OPENVINO_DIRS:
+        d = os.path.join(model_dir, sub)
+        manifest_path = os.path.join(d, "manifest.json")
+        if not os.path.isfile(manifest_path):
+            continue
+        try:
+            with open(manifest_path, encoding="utf-8") as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as e:
+            ov.setdefault("errors", []).append(f"{manifest_path}: {e}")
+            continue
+        ov["present"] = True
+        ov["dirs"].append(sub)
+        precs = _manifest_precisions(manifest)
+        if sub.endswith("int8"):
+            precs = {s: "int8" if s in ("llm", "estimator") and p != "fp32" else p
+                     for s, p in precs.items()} or {"llm": "int8"}
+        for name in os.listdir(d):
+            if name.endswith(".xml") and "int8" in name.lower() and _stage_of(name):
+                precs[_stage_of(name)] = "int8"
+        for stage, p in precs.items():
+            if p == "int8" or stage not in ov["precisions"]:
+                ov["precisions"][stage] = p
+        if sub in ("openvino", "."):
+            ov["bytes"] = _dir_bytes(d, (".bin",))
+    return info

@@ -1,0 +1,181 @@
+"""``cosyvino plan --tune``: a short, bounded benchmark of 2-6 candidate configurations on the
+real model with the real :class:`~cosyvino.Synthesizer`, keeping the best.
+
+Each candidate loads the model, runs one warm-up synthesis (compilation, caches), then timed
+syntheses of a short sentence with a forced number of speech tokens (same seed, same work for
+every candidate) until its share of the time budget is used. Score: median wall seconds per
+synthesis (goal latency) or streams / median wall seconds (goal throughput, an estimate: one
+stream is measured). Candidates that fail are recorded with their error, never fatal.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from typing import Callable
+
+from .planfile import Plan
+from .topology import Probe
+
+TUNE_TEXT = "Hello, this is a short tuning sentence."
+DEFAULT_TOKENS = 50          # 1 s of audio per run
+MAX_CANDIDATES = 6
+
+
+def candidates(plan: Plan, probe: Probe) -> list[dict]:
+    """2-6 configurations around ``plan``: the plan itself, the quota's ceiling when
+    fractional, fewer threads, pinning off (OpenVINO, when the plan pins), bf16 where the CPU
+    has it (OpenVINO), torch when the plan chose OpenVINO."""
+    out = [{"label": "plan", "backend": plan.backend, "options": dict(plan.backend_options),
+            "streams": plan.streams}]
+    total = plan.total_threads
+
+    def with_threads(n: int, label: str):
+        opts = dict(plan.backend_options, num_threads=n)
+        if "num_streams" in opts:
+            opts["num_streams"] = max(1, min(opts["num_streams"], n))
+        out.append({"label": label, "backend": plan.backend, "options": opts,
+                    "streams": opts.get("num_streams", 1)})
+
+    if probe.cpu_quota is not None and probe.cpu_quota % 1 > 1e-6:
+        ceil_t = min(len(probe.affinity), math.ceil(probe.cpu_quota))
+        if ceil_t > total:
+            with_threads(ceil_t, f"threads={ceil_t} (quota ceil)")
+    if total > 1:
+        with_threads(max(1, total // 2) if total > 3 else total - 1,
+                     f"threads={max(1, total // 2) if total > 3 else total - 1}")
+    if plan.backend == "openvino" and plan.pinning:
+        out.append({"label": "pinning=off", "backend": "openvino",
+                    "options": dict(plan.backend_options, cpu_pinning=False),
+                    "streams": plan.streams, "pinning": False})
+    if plan.backend == "openvino" and probe.bf16:
+        opts = dict(plan.backend_options, precision="bf16")
+        opts.pop("kv_cache_precision", None)
+        out.append({"label": "precision=bf16", "backend": "openvino", "options": opts,
+                    "streams": plan.streams, "bf16": True})
+    usable = {n for n, b in probe.backends.items() if b.get("available")}
+    if plan.backend == "openvino" and "torch" in usable:
+        out.append({"label": f"torch threads={min(total, 16)}", "backend": "torch",
+                    "options": {"num_threads": min(total, 16)}, "streams": 1})
+    if len(out) < 2:
+        out.append({"label": "threads=1", "backend": plan.backend,
+                    "options": dict(plan.backend_options, num_threads=1), "streams": 1})
+    return out[:MAX_CANDIDATES]
+
+
+def _measure(cand: dict, model_dir: str | None, tokens: int, deadline: float,
+             slice_s: float) -> dict:
+    from ..synthesizer import Synthesizer
+
+    res = {k: cand[k] for k in ("label", "backend", "options", "streams")}
+    t0 = time.perf_counter()
+    synth = Synthesizer(model_dir, backend=cand["backend"], **cand["options"])
+    try:
+        res["load_s"] = round(time.perf_counter() - t0, 3)
+        speaker = synth.speakers[0]
+        synth.synthesize(TUNE_TEXT, speaker, seed=0, num_speech_tokens=max(5, tokens // 2))
+        walls, audio_s = [], 0.0
+        start = time.perf_counter()
+        while True:
+            a = synth.synthesize(TUNE_TEXT, speaker, seed=0, num_speech_tokens=tokens)
+            walls.append(a.stats["wall_seconds"])
+            audio_s = a.duration
+            now = time.perf_counter()
+            if len(walls) >= 5 or now - start >= slice_s or now >= deadline:
+                break
+        wall = statistics.median(walls)
+        res.update(wall_s=round(wall, 4), runs=len(walls), audio_s=round(audio_s, 3),
+                   rtf=round(wall / audio_s, 4) if audio_s else None, status="ok")
+    finally:
+        synth.stages.close()
+        del synth
+        gc.collect()
+    return res
+
+
+def tune(plan: Plan, probe: Probe, model_dir: str | None, *, seconds: float = 120.0,
+         tokens: int = DEFAULT_TOKENS, say: Callable[[str], None] | None = None) -> dict:
+    """Measure :func:`candidates` within ``seconds`` (the first candidate always runs).
+
+    Returns the ``tuning`` record: {seconds, tokens, goal, candidates: [...], best, best_index,
+    bf16_faster}. ``best`` is None when nothing could be measured.
+    """
+    say = say or (lambda m: None)
+    cands = candidates(plan, probe)
+    start = time.perf_counter()
+    deadline = start + seconds
+    slice_s = max(1.0, seconds / (2 * len(cands)))
+    results: list[dict] = []
+    for i, cand in enumerate(cands):
+        remaining = deadline - time.perf_counter()
+        est = (results[0].get("load_s", 0) + 2 * (results[0].get("wall_s") or 0)) \
+            if results and results[0].get("status") == "ok" else 0
+        if i > 0 and remaining < max(1.0, est):
+            results.append({k: cand[k] for k in ("label", "backend", "options", "streams")}
+                           | {"status": "skipped: --tune-seconds budget used"})
+            continue
+        say(f"tune {i + 1}/{len(cands)}: {cand['label']}")
+        try:
+            r = _measure(cand, model_dir, tokens, deadline, slice_s)
+        except Exception as e:  # a failing candidate is a result, not a crash
+            r = {k: cand[k] for k in ("label", "backend", "options", "streams")}
+            r["status"] = f"failed: {type(e).__name__}: {e}"
+        for key in ("bf16", "pinning"):
+            if key in cand:
+                r[key] = cand[key]
+        results.append(r)
+
+    def score(r):
+        if r.get("status") != "ok":
+            return None
+        return r["wall_s"] if plan.goal == "latency" else -r["streams"] / r["wall_s"]
+
+    ok = [(score(r), i) for i, r in enumerate(results) if score(r) is not None]
+    best_i = min(ok)[1] if ok else None
+    f32 = next((r for r in results if r.get("label") == "plan" and r.get("status") == "ok"), None)
+    b16 = next((r for r in results if r.get("bf16") and r.get("status") == "ok"), None)
+    return {"seconds": round(time.perf_counter() - start, 2), "tokens": tokens,
+            "goal": plan.goal, "candidates": results,
+            "best": results[best_i]["label"] if best_i is not None else None,
+            "best_index": best_i,
+            "bf16_faster": bool(f32 and b16 and b16["wall_s"] < 0.95 * f32["wall_s"])}
+
+
+#: override keyword -> names of the decisions it sets
+_DECISIONS_OF = {"threads": ("threads_override",), "pinning": ("pinning",),
+                 "streams": ("streams", "threads_per_stream"),
+                 "precision": ("compute_precision",), "sessions": ("max_sessions",),
+                 "queue": ("queue_size",)}
+
+
+def apply_tuning(plan: Plan, probe: Probe, model_dir: str | None, tuning: dict,
+                 **overrides) -> Plan:
+    """Re-plan with the measured winner (backend, thread count, precision) and the tuning
+    record attached; decisions taken from the measurement say so in their reason."""
+    from .rules import make_plan
+
+    best = tuning["candidates"][tuning["best_index"]] if tuning.get("best_index") is not None \
+        else None
+    kw = dict(overrides)
+    if best is not None and best["label"] != "plan":
+        if best["backend"] != plan.backend:
+            kw.setdefault("backend", best["backend"])
+        if best["options"].get("num_threads") != plan.total_threads:
+            kw.setdefault("threads", best["options"].get("num_threads"))
+        if best.get("bf16"):
+            kw.setdefault("precision", "bf16")
+        if best.get("pinning") is False:
+            kw.setdefault("pinning", False)
+    new = make_plan(probe, model_dir=model_dir, goal=plan.goal, tuned=tuning, **kw)
+    user = {n for k in overrides if overrides[k] is not None for n in _DECISIONS_OF.get(k, (k,))}
+    if best is not None and best["label"] != "plan":
+        base = tuning["candidates"][0]
+        vs = (f" vs {base['wall_s']:.3f} s for the first plan" if base.get("wall_s") is not None
+              else "")
+        for d in new.decisions:
+            if "(override)" in d["reason"] and d["name"] not in user:
+                d["reason"] = (f"--tune: candidate {best['label']!r} measured best "
+                               f"({best['wall_s']:.3f} s/run{vs}; see [tuning])")
+    return new

@@ -1,0 +1,105 @@
+"""The ``cosyvino serve`` click command (registered in :mod:`cosyvino.cli`)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+
+import click
+from click.core import ParameterSource
+
+from ..errors import CosyvinoError
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "cosyvino", "results")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+              help="Plan file from `cosyvino plan` (default: $COSYVINO_PLAN, ./plan.toml or "
+                   "<model-dir>/plan.toml when one exists). Flags given explicitly override "
+                   "it.")
+@click.option("--model-dir", type=click.Path(file_okay=False), default=None,
+              help="Model directory (default: the embedded default model).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Bind address (loopback by default; use 0.0.0.0 deliberately).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--api-key", envvar="COSYVINO_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' (env COSYVINO_API_KEY).")
+@click.option("--backend", default="torch", show_default=True, help="Backend plugin.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads per session.")
+@click.option("--max-sessions", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Concurrent synthesis sessions.")
+@click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
+              help="Requests that may wait for a session; more get 503 + Retry-After.")
+@click.option("--timeout", "request_timeout", type=click.FloatRange(min=0.1), default=120.0,
+              show_default=True, help="Per-request limit in seconds (queue wait included).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="On-disk result cache (default: ~/.cache/cosyvino/results).")
+@click.option("--no-cache", is_flag=True, help="Disable the result cache.")
+@click.option("--cache-memory-mb", type=click.FloatRange(min=0), default=64.0,
+              show_default=True)
+@click.option("--cache-disk-mb", type=click.FloatRange(min=0), default=1024.0,
+              show_default=True)
+@click.option("--num-speech-tokens", type=click.IntRange(min=1), default=None, hidden=True,
+              help="Force this many speech tokens per segment (benchmarks/tests).")
+@click.option("--no-warmup", is_flag=True, hidden=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True)
+@click.pass_context
+def serve(ctx, plan_path, model_dir, host, port, api_key, backend, threads, max_sessions,
+          queue_size, request_timeout, cache_dir, no_cache, cache_memory_mb, cache_disk_mb,
+          num_speech_tokens, no_warmup, log_level):
+    """Serve speech over HTTP: OpenAI /v1/audio/speech and CosyVoice /inference_sft.
+
+    See docs/server.md for every endpoint with curl examples.
+    """
+    try:
+        from .config import ServerConfig, find_plan, settings_from_plan
+        from .runner import run
+    except ImportError as e:  # the server extra is missing
+        click.echo(f"error: the server needs extra packages ({e.name}): "
+                   "pip install 'cosyvino[server]'", err=True)
+        sys.exit(2)
+    try:
+        settings = {"model_dir": model_dir, "backend": backend, "threads": threads,
+                    "max_sessions": max_sessions, "queue_size": queue_size}
+        source = "flags"
+        if plan_path is None:
+            plan_path = find_plan(model_dir)
+        if plan_path is not None:
+            source = f"plan {os.path.abspath(plan_path)}"
+            given = {k for k in settings if ctx.get_parameter_source(k) in (
+                ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+            for key, value in settings_from_plan(plan_path).items():
+                # backend options belong to the plan's backend: dropped if --backend overrides
+                if key not in given and not (key == "backend_options" and "backend" in given):
+                    settings[key] = value
+        config = ServerConfig(
+            request_timeout=request_timeout, api_key=api_key or None,
+            cache_dir=None if no_cache else (cache_dir or _default_cache_dir()),
+            cache_memory_mb=0.0 if no_cache else cache_memory_mb, cache_disk_mb=cache_disk_mb,
+            num_speech_tokens=num_speech_tokens, warmup=not no_warmup, source=source,
+            **settings).validate()
+    except CosyvinoError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    if not _is_loopback(host) and not config.api_key:
+        click.echo(f"warning: listening on {host} without --api-key: anyone who can reach "
+                   "this port can use the server", err=True)
+    click.echo(f"cosyvino serve: http://{host}:{port} backend={config.backend} "
+               f"sessions={config.max_sessions} queue={config.queue_size} "
+               f"threads={config.threads or 'default'} ({source})", err=True)
+    run(config, host, port, log_level=log_level)

@@ -1,0 +1,80 @@
+"""Prometheus metrics (own registry per app) and the ASGI middleware that records requests."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
+_RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 4, 8)
+
+
+class Metrics:
+    """All server metrics, in a registry of their own (several apps in one process)."""
+
+    def __init__(self):
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("cosyvino_requests", "HTTP requests by endpoint and status",
+                                ["endpoint", "status"], registry=r)
+        self.latency = Histogram("cosyvino_request_duration_seconds",
+                                 "Arrival to last byte", ["endpoint"],
+                                 buckets=_LATENCY_BUCKETS, registry=r)
+        self.first_byte = Histogram("cosyvino_first_byte_seconds",
+                                    "Arrival to first body byte", ["endpoint"],
+                                    buckets=_LATENCY_BUCKETS, registry=r)
+        self.rtf = Histogram("cosyvino_rtf", "Synthesis wall seconds / audio seconds per "
+                             "request", buckets=_RTF_BUCKETS, registry=r)
+        self.audio_seconds = Counter("cosyvino_audio_seconds", "Seconds of audio synthesized",
+                                     registry=r)
+        self.queue_depth = Gauge("cosyvino_queue_depth", "Requests waiting for a session",
+                                 registry=r)
+        self.in_flight = Gauge("cosyvino_in_flight", "Syntheses running on worker sessions",
+                               registry=r)
+        self.cache_hits = Counter("cosyvino_cache_hits", "Result cache hits", registry=r)
+        self.cache_misses = Counter("cosyvino_cache_misses",
+                                    "Result cache misses (seeded requests)", registry=r)
+        self.cancelled = Counter("cosyvino_cancelled", "Syntheses cancelled", ["reason"],
+                                 registry=r)
+        self.stopped_early = Counter("cosyvino_stopped_early", "Syntheses whose worker stopped "
+                                     "before the last segment (cancel seen)", registry=r)
+
+
+#: endpoint label values (anything else is "other": bounded label cardinality)
+ENDPOINTS = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/inference_sft",
+             "/health", "/ready", "/metrics")
+
+
+class MetricsMiddleware:
+    """Counts every HTTP response by endpoint/status; latency to the last byte and first-byte
+    latency for responses with a body (streamed ones included)."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        endpoint = path if path in ENDPOINTS else "other"
+        start = time.perf_counter()
+        state = {"status": None, "first": False}
+        m = self.metrics
+
+        async def wrapped_send(message):
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+            elif message["type"] == "http.response.body" and not state["first"] \
+                    and message.get("body"):
+                state["first"] = True
+                m.first_byte.labels(endpoint).observe(time.perf_counter() - start)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, wrapped_send)
+        finally:
+            status = state["status"]
+            m.requests.labels(endpoint, str(status) if status else "aborted").inc()
+            m.latency.labels(endpoint).observe(time.perf_counter() - start)

@@ -1,0 +1,225 @@
+"""OpenVINO implementation of :class:`cosyvino.backends.Stages` (CPU). Must not import torch.
+
+One compiled model per stage; the LLM is stateful (KV cache in OpenVINO state): every
+:class:`OpenVINOLLMSession` owns its own InferRequest (state is per request), ``reset`` calls
+``reset_state()``. The other stages keep a pool of InferRequests (one per concurrent caller).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+
+import numpy as np
+import openvino as ov
+
+from cosyvino.backends.base import LLMSession, Stages
+from cosyvino.converted import STAGES, find_converted_dir, validate_converted_dir
+from cosyvino.errors import BackendError, ConvertedModelError
+from cosyvino.models.yaml_config import read_model_config
+
+log = logging.getLogger("cosyvino.openvino")
+
+_PRECISIONS = {"f32", "bf16", "f16"}
+_KV_PRECISIONS = {"f32", "f16", "bf16", "u8"}
+#: backend options accepted by :class:`OpenVINOStages` (see the package docstring)
+_OPTIONS = {"num_threads", "precision", "kv_cache_precision", "performance_hint", "num_streams",
+            "cpu_pinning", "cache_dir", "properties"}
+#: properties read back after compiling and reported in ``compile_info``
+_REPORTED = ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "PERFORMANCE_HINT",
+             "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING",
+             "EXECUTION_MODE_HINT")
+
+
+def default_cache_dir() -> str:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "cosyvino", "ov_cache")
+
+
+def compile_properties(*, num_threads=None, precision="f32", kv_cache_precision=None,
+                       performance_hint="LATENCY", num_streams=1, cpu_pinning=None,
+                       cache_dir=None, properties=None) -> tuple[dict, dict]:
+    """(properties for every stage, extra properties for the LLM) from backend options."""
+    props: dict = {}
+    if performance_hint:
+        props["PERFORMANCE_HINT"] = str(performance_hint).upper()
+    if num_streams is not None:
+        props["NUM_STREAMS"] = int(num_streams)
+    if num_threads is not None:
+        if int(num_threads) < 1:
+            raise BackendError(f"num_threads must be >= 1, got {num_threads}")
+        props["INFERENCE_NUM_THREADS"] = int(num_threads)
+    if cpu_pinning is not None:
+        props["ENABLE_CPU_PINNING"] = bool(cpu_pinning)
+    if precision is not None:
+        if precision not in _PRECISIONS:
+            raise BackendError(f"precision must be one of {sorted(_PRECISIONS)}, got "
+                               f"{precision!r}")
+        props["INFERENCE_PRECISION_HINT"] = precision
+    if cache_dir is None:
+        # Known problem (OpenVINO 2026.4.1, this CPU): bf16 models imported from a CACHE_DIR
+        # blob segfault in a CPU kernel during a full-length utterance (fresh compiles run
+        # fine), so the blob cache is on by default only for f32.
+        cache_dir = default_cache_dir() if precision == "f32" else ""
+    if cache_dir:
+        props["CACHE_DIR"] = str(cache_dir)
+    props.update(properties or {})
+    llm_props = {}
+    if kv_cache_precision is not None:
+        if kv_cache_precision not in _KV_PRECISIONS:
+            raise BackendError(f"kv_cache_precision must be one of {sorted(_KV_PRECISIONS)}, "
+                               f"got {kv_cache_precision!r}")
+        llm_props["KV_CACHE_PRECISION"] = kv_cache_precision
+    return props, llm_props
+
+
+class _Runner:
+    """One compiled stage and a pool of InferRequests: concurrent calls each take their own
+    request (created on demand), so stage calls are thread-safe."""
+
+    def __init__(self, compiled: ov.CompiledModel):
+        self.compiled = compiled
+        self._n_out = len(compiled.outputs)
+        self._free = [compiled.create_infer_request()]
+        self._lock = threading.Lock()
+
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        with self._lock:
+            req = self._free.pop() if self._free else self.compiled.create_infer_request()
+        try:
+            req.infer([np.ascontiguousarray(a) for a in inputs], share_inputs=True)
+            return [req.get_output_tensor(i).data.copy() for i in range(self._n_out)]
+        finally:
+            with self._lock:
+                self._free.append(req)
+
+
+class OpenVINOLLMSession(LLMSession):
+    """KV cache in the state of this session's own InferRequest."""
+
+    def __init__(self, compiled: ov.CompiledModel):
+        self._req = compiled.create_infer_request()
+        self._beam = np.zeros(1, dtype=np.int32)
+
+    def reset(self) -> None:
+        self._req.reset_state()
+
+    def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
+        self._req.infer({"inputs_embeds": np.ascontiguousarray(inputs_embeds, np.float32),
+                         "beam_idx": self._beam}, share_inputs=True)
+        return self._req.get_tensor("logp").data[0].copy()
+
+    def cache_length(self) -> int:
+        """Number of cached positions (from the first state's shape)."""
+        states = self._req.query_state()
+        return int(states[0].state.shape[2]) if states else 0
+
+
+class OpenVINOStages(Stages):
+    # Every stage call takes its own InferRequest from a pool and every LLM session owns one,
+    # so concurrent calls from several threads are safe.
+    thread_safe = True
+
+    def __init__(self, model_dir: str, **options):
+        conv_dir, source_dir = find_converted_dir(model_dir)
+        self.converted_dir = conv_dir
+        self.manifest = validate_converted_dir(conv_dir, source_dir)
+        self.config = read_model_config(os.path.join(conv_dir, "cosyvoice.yaml"))
+        self.speakers = self._read_speakers(conv_dir)
+        tables = np.load(os.path.join(conv_dir, "llm_tables.npz"))
+        self._speech_embedding = np.ascontiguousarray(tables["speech_embedding"])
+        special = tables["special"]
+        self._sos = special[0].reshape(1, 1, -1).copy()
+        self._task = special[1].reshape(1, 1, -1).copy()
+        self._spk_w = np.ascontiguousarray(tables["spk_affine_weight"].T)
+        self._spk_b = tables["spk_affine_bias"].copy()
+
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise BackendError(f"openvino backend: unknown options {unknown}; known: "
+                               f"{sorted(_OPTIONS)}")
+        props, llm_props = compile_properties(**options)
+        self.core = ov.Core()
+        self.compile_info: dict[str, dict] = {}
+        compiled = {}
+        for stage, stem in STAGES.items():
+            cfg = dict(props, **llm_props) if stage == "llm" else dict(props)
+            path = os.path.join(conv_dir, stem + ".xml")
+            try:
+                compiled[stage] = self.core.compile_model(path, "CPU", cfg)
+            except Exception as e:  # openvino raises RuntimeError with a long message
+                raise BackendError(f"OpenVINO failed to compile {path}: {e}") from e
+            self.compile_info[stage] = self._read_back(compiled[stage])
+        log.info("openvino %s: compiled %s; CPU chose %s", ov.get_version(), conv_dir,
+                 self.compile_info["llm"])
+        self._llm = compiled["llm"]
+        self._runners = {k: _Runner(v) for k, v in compiled.items() if k != "llm"}
+
+    @staticmethod
+    def _read_back(compiled: ov.CompiledModel) -> dict:
+        out = {}
+        for key in _REPORTED:
+            try:
+                v = compiled.get_property(key)
+                out[key] = v.get_type_name() if isinstance(v, ov.Type) else str(v)
+            except Exception:  # property not supported by this device/version
+                pass
+        return out
+
+    @staticmethod
+    def _read_speakers(conv_dir: str) -> dict[str, np.ndarray]:
+        path = os.path.join(conv_dir, "speakers.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                names = json.load(f)
+            emb = np.load(os.path.join(conv_dir, "speakers.npy"))
+        except (OSError, ValueError) as e:
+            raise ConvertedModelError(f"{path}: cannot read speakers ({e}); re-run "
+                                      "`cosyvino convert`", path) from None
+        return {n: emb[i:i + 1].astype(np.float32) for i, n in enumerate(names)}
+
+    # ---- LLM -------------------------------------------------------------------------------
+    def encode_text(self, text_token):
+        return self._runners["text_encoder"](np.asarray(text_token, np.int64))[0]
+
+    def embed_llm_speaker(self, embedding):
+        e = np.asarray(embedding, np.float32)
+        e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+        return (e @ self._spk_w + self._spk_b).astype(np.float32)[:, None, :]
+
+    def embed_speech_tokens(self, tokens):
+        return self._speech_embedding[np.asarray(tokens, np.int64)]
+
+    def llm_special_embeddings(self):
+        return self._sos, self._task
+
+    def new_llm_session(self):
+        return OpenVINOLLMSession(self._llm)
+
+    # ---- flow ------------------------------------------------------------------------------
+    def flow_encode(self, tokens, embedding):
+        h, spks = self._runners["flow_encoder"](np.asarray(tokens, np.int64),
+                                                np.asarray(embedding, np.float32))
+        return h, spks
+
+    def length_regulate(self, h, interp):
+        return self._runners["length_regulator"](np.asarray(h, np.float32),
+                                                 np.asarray(interp, np.float32))[0]
+
+    def estimate(self, x, mask, mu, t, spks, cond):
+        return self._runners["estimator"](*(np.asarray(a, np.float32)
+                                            for a in (x, mask, mu, t, spks, cond)))[0]
+
+    # ---- vocoder ---------------------------------------------------------------------------
+    def vocoder_f0(self, mel):
+        return self._runners["hift_f0"](np.asarray(mel, np.float32))[0]
+
+    def vocoder_source(self, f0, phase, noise):
+        return self._runners["hift_source"](*(np.asarray(a, np.float32)
+                                              for a in (f0, phase, noise)))[0]
+
+    def vocoder_decode(self, mel, source):
+        return self._runners["hift_decode"](np.asarray(mel, np.float32),
+                                            np.asarray(source, np.float32))[0]

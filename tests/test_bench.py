@@ -1,0 +1,57 @@
+"""`cosyvino bench` helpers: roofline bytes, table, backend specs (the full run is a benchmark,
+not a test)."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from cosyvino.bench import llm_decode_bytes, markdown, memory_bandwidth_gbs
+from cosyvino.cli_bench import _parse_spec
+from cosyvino.models.yaml_config import read_model_config
+from conftest import TINY_A
+
+
+def test_decode_bytes_count_every_llm_weight():
+    pytest.importorskip("torch")
+    from cosyvino.models.torch.llm import TransformerLM
+
+    cfg = read_model_config(TINY_A / "cosyvoice.yaml")
+    lm = TransformerLM(cfg.llm)
+    expected = (sum(p.numel() for p in lm.llm.parameters())
+                + sum(p.numel() for p in lm.llm_decoder.parameters()))
+    b = llm_decode_bytes(cfg, 10)
+    assert b["params"] == expected
+    assert b["weight_bytes"] == 4 * expected
+    e = cfg.llm.llm
+    assert b["kv_bytes"] == e.num_blocks * 2 * 10 * e.output_size * 4
+
+
+def test_bandwidth_is_positive():
+    assert memory_bandwidth_gbs(mb=8, repeats=2) > 0.1
+
+
+def test_markdown_table_side_by_side():
+    mean = {"llm_ms_per_token": 20.0, "total_s": 10.0, "rtf": 2.0}
+    res = [{"label": "torch", "load_s": 1.0, "peak_rss_mb": 100, "mean": mean},
+           {"label": "openvino", "load_s": 1.0, "peak_rss_mb": 100,
+            "mean": dict(mean, total_s=4.0)},
+           {"label": "openvino:bf16", "error": "worker exited with status -11"}]
+    roof = {"bandwidth_gbs": 20.0, "per_backend": {
+        "torch": {"roofline_ms_per_token": 10.0, "ratio": 2.0},
+        "openvino": {"roofline_ms_per_token": 10.0, "ratio": 2.0}}}
+    table = markdown(res, roof)
+    assert table.splitlines()[0] == "| metric | torch | openvino |"
+    assert "| speed-up vs torch | 1.00x | 2.50x |" in table
+    assert "openvino:bf16: FAILED" in table
+
+
+def test_backend_specs():
+    assert _parse_spec("torch") == ("torch", {})
+    assert _parse_spec("openvino") == ("openvino", {"precision": "f32",
+                                                    "kv_cache_precision": "f32"})
+    assert _parse_spec("openvino:default") == ("openvino", {"precision": None})
+    with pytest.raises(click.BadParameter):
+        _parse_spec("openvino:f64")
+    with pytest.raises(click.BadParameter):
+        _parse_spec("torch:bf16")

@@ -1,0 +1,218 @@
+"""Expected plans for the fixture machines of issue 5 (pure: fake trees + stand-in inventory)."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner_trees as trees
+from cosyvino.planner import PlanError, make_plan
+from cosyvino.planner.topology import probe_topology
+
+
+def _probe(builder, tmp_path, *, backends=trees.BOTH, model=None, affinity=None):
+    p = probe_topology(str(builder(tmp_path)), affinity=affinity)
+    p.backends = dict(backends)
+    p.model = model if model is not None else trees.model_with_irs()
+    return p
+
+
+def _reason(plan, name):
+    return plan.decision(name)["reason"]
+
+
+def _check_invariants(plan, probe):
+    assert plan.total_threads == plan.streams * plan.threads_per_stream
+    assert plan.total_threads <= probe.compute_cores
+    if probe.cpu_quota is not None:
+        assert plan.total_threads <= max(1, int(probe.cpu_quota))
+    assert plan.backend_options["num_threads"] == plan.total_threads
+    assert plan.max_sessions >= 1 and plan.queue_size >= 2
+    assert all(d["reason"] for d in plan.decisions)
+
+
+# ---- this machine: 2 vCPU, AVX-512 + VNNI + BF16, no AMX, no SMT -------------------------------
+def test_this_machine_openvino_with_irs(tmp_path):
+    p = _probe(trees.this_machine, tmp_path)
+    plan = make_plan(p)
+    _check_invariants(plan, p)
+    assert plan.backend == "openvino" and "IRs found" in _reason(plan, "backend")
+    assert (plan.streams, plan.threads_per_stream, plan.total_threads) == (1, 2, 2)
+    assert plan.pinning is True
+    assert (plan.max_sessions, plan.queue_size) == (1, 2)
+    assert plan.backend_options == {"num_threads": 2, "num_streams": 1,
+                                    "performance_hint": "LATENCY", "cpu_pinning": True,
+                                    "precision": "f32", "kv_cache_precision": "f32"}
+    # bf16-capable (AVX512_BF16) but not measured: fp32, and the reason says how to change it
+    assert plan.precision["estimator"] == "fp32"
+    assert "AVX512_BF16" in _reason(plan, "compute_precision")
+    assert "--tune" in _reason(plan, "compute_precision")
+
+
+def test_this_machine_without_irs_picks_torch_and_says_why(tmp_path):
+    p = _probe(trees.this_machine, tmp_path, model=trees.model_without_irs())
+    plan = make_plan(p)
+    assert plan.backend == "torch" and "cosyvino convert" in _reason(plan, "backend")
+    assert (plan.streams, plan.threads_per_stream) == (1, 2)
+    assert plan.backend_options == {"num_threads": 2} and plan.pinning is False
+
+
+def test_this_machine_without_openvino_plugin(tmp_path):
+    p = _probe(trees.this_machine, tmp_path, backends=trees.TORCH_ONLY)
+    plan = make_plan(p)
+    assert plan.backend == "torch" and "not installed" in _reason(plan, "backend")
+
+
+def test_this_machine_throughput(tmp_path):
+    p = _probe(trees.this_machine, tmp_path)
+    plan = make_plan(p, goal="throughput")
+    _check_invariants(plan, p)
+    assert (plan.streams, plan.threads_per_stream) == (2, 1)
+    assert plan.max_sessions == 2 and plan.queue_size == 16
+    assert plan.backend_options["performance_hint"] == "THROUGHPUT"
+
+
+def test_taskset_c0_uses_one_thread(tmp_path):
+    p = _probe(trees.this_machine, tmp_path, affinity=[0])
+    for goal in ("latency", "throughput"):
+        plan = make_plan(p, goal=goal)
+        assert plan.total_threads == 1 and plan.max_sessions == 1
+        assert plan.backend_options["num_threads"] == 1
+
+
+# ---- 2-socket 56-core Xeon, SMT, AMX -----------------------------------------------------------
+def test_xeon_latency(tmp_path):
+    p = _probe(trees.xeon_2s, tmp_path)
+    plan = make_plan(p)
+    _check_invariants(plan, p)
+    assert "SMT siblings not counted" in _reason(plan, "thread_budget")
+    assert plan.decision("thread_budget")["value"] == 112
+    assert plan.threads_per_stream == 16
+    assert plan.streams == 6                      # 3 x 16-thread streams per 56-core node
+    assert plan.pinning is True and plan.max_sessions == 6
+    assert plan.backend_options["properties"] == {"ENABLE_HYPER_THREADING": False}
+    assert "AMX" in _reason(plan, "compute_precision")
+
+
+def test_xeon_throughput(tmp_path):
+    p = _probe(trees.xeon_2s, tmp_path)
+    plan = make_plan(p, goal="throughput")
+    _check_invariants(plan, p)
+    assert (plan.streams, plan.threads_per_stream) == (28, 4)
+    assert plan.max_sessions == 28 and plan.queue_size == 224
+
+
+def test_xeon_int8_irs(tmp_path):
+    model = trees.model_with_irs({"llm": "int8", "flow": "fp32", "estimator": "int8",
+                                  "vocoder": "fp32"})
+    plan = make_plan(_probe(trees.xeon_2s, tmp_path, model=model))
+    assert plan.precision["llm_weights"] == "int8"
+    assert plan.precision["estimator"] == "int8" and "AMX" in _reason(plan,
+                                                                       "estimator_precision")
+
+
+def test_tuned_bf16(tmp_path):
+    plan = make_plan(_probe(trees.xeon_2s, tmp_path), tuned={"bf16_faster": True})
+    assert plan.precision["estimator"] == "bf16" and plan.backend_options["precision"] == "bf16"
+    assert "kv_cache_precision" not in plan.backend_options
+
+
+# ---- container: cpu.max 150000 100000 on a 64-core host ----------------------------------------
+def test_container_quota(tmp_path):
+    p = _probe(trees.container_64, tmp_path)
+    plan = make_plan(p)
+    _check_invariants(plan, p)
+    assert plan.total_threads == 1                # floor(1.5): never exceed the quota
+    assert "quota 1.5" in _reason(plan, "thread_budget")
+    assert plan.pinning is False and "quota" in _reason(plan, "pinning")
+    assert plan.backend_options["cpu_pinning"] is False
+
+
+def test_container_memory_refusal(tmp_path):
+    p = probe_topology(str(trees.container_64(tmp_path, memory_max=str(1 * trees.GiB))))
+    p.backends, p.model = dict(trees.BOTH), trees.model_with_irs()
+    with pytest.raises(PlanError, match="not enough memory.*cgroup limit"):
+        make_plan(p)
+
+
+def test_memory_limits_sessions(tmp_path):
+    p = _probe(trees.xeon_2s, tmp_path)
+    plan = make_plan(p, goal="throughput", memory_limit=4 * trees.GiB)
+    assert plan.max_sessions < 28
+    assert plan.decision("max_sessions_memory") is not None
+    assert plan.memory["required_bytes"] <= 4 * trees.GiB
+
+
+# ---- AVX2-only laptop with P/E cores -----------------------------------------------------------
+def test_laptop_hybrid(tmp_path):
+    p = _probe(trees.laptop_hybrid, tmp_path)
+    plan = make_plan(p)
+    _check_invariants(plan, p)
+    assert plan.total_threads == 6 and plan.streams == 1
+    assert "P-cores" in _reason(plan, "thread_budget")
+    assert plan.backend_options["properties"] == {"ENABLE_HYPER_THREADING": False,
+                                                  "SCHEDULING_CORE_TYPE": "PCORE_ONLY"}
+    assert plan.precision["estimator"] == "fp32"
+    assert "no AMX/AVX512_BF16" in _reason(plan, "compute_precision")
+
+
+# ---- cgroup v1 host ----------------------------------------------------------------------------
+def test_v1_host(tmp_path):
+    p = _probe(trees.v1_host, tmp_path)
+    plan = make_plan(p)
+    _check_invariants(plan, p)
+    assert plan.total_threads == 4 and plan.pinning is False
+
+
+# ---- missing files -----------------------------------------------------------------------------
+def test_empty_root_still_plans(tmp_path):
+    p = _probe(lambda r: r, tmp_path, model=trees.model_without_irs())
+    plan = make_plan(p)
+    assert plan.total_threads >= 1 and plan.backend == "torch"
+    assert any("memory check skipped" in w for w in plan.warnings)
+    assert any("cpuinfo" in w for w in plan.warnings)
+
+
+# ---- overrides ---------------------------------------------------------------------------------
+def test_overrides_are_recorded(tmp_path):
+    p = _probe(trees.this_machine, tmp_path)
+    plan = make_plan(p, backend="torch", threads=1, pinning=False, sessions=3, queue=7,
+                     shared_host=True)
+    assert plan.backend == "torch" and "override" in _reason(plan, "backend")
+    assert plan.total_threads == 1 and "override" in _reason(plan, "threads_override")
+    assert (plan.max_sessions, plan.queue_size) == (3, 7)
+
+
+def test_threads_and_streams_overrides_lay_out_total(tmp_path):
+    p = _probe(trees.xeon_2s, tmp_path)
+    plan = make_plan(p, threads=8)
+    assert (plan.streams, plan.threads_per_stream) == (1, 8)
+    plan = make_plan(p, threads=8, streams=4)
+    assert (plan.streams, plan.threads_per_stream) == (4, 2)
+    assert "override" in _reason(plan, "streams")
+    plan = make_plan(_probe(trees.this_machine, tmp_path / "m"), streams=4)
+    assert plan.total_threads == 4 and any("> the 2-thread budget" in w for w in plan.warnings)
+
+
+def test_busy_host_turns_pinning_off(tmp_path):
+    p = probe_topology(str(trees.build(tmp_path, cpus={0: (0, 0), 1: (0, 1)},
+                                       flags=trees.AVX2, loadavg="1.80 1.50 1.00")))
+    p.backends, p.model = dict(trees.BOTH), trees.model_with_irs()
+    plan = make_plan(p)
+    assert plan.pinning is False and "host busy" in _reason(plan, "pinning")
+    assert make_plan(p, pinning=True).pinning is True
+
+
+def test_shared_host_turns_pinning_off(tmp_path):
+    plan = make_plan(_probe(trees.this_machine, tmp_path), shared_host=True)
+    assert plan.pinning is False and "--shared-host" in _reason(plan, "pinning")
+
+
+def test_bad_inputs(tmp_path):
+    p = _probe(trees.this_machine, tmp_path)
+    with pytest.raises(PlanError, match="goal"):
+        make_plan(p, goal="fast")
+    with pytest.raises(PlanError, match="not installed"):
+        make_plan(p, backend="onnx")
+    p.backends = {"torch": {"available": False, "reason": "torch is not installed"}}
+    with pytest.raises(PlanError, match="no usable backend"):
+        make_plan(p)

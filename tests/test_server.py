@@ -1,0 +1,446 @@
+"""`cosyvino serve` against real uvicorn servers on 127.0.0.1 (tiny synthetic model, forced
+small speech-token counts so every request is fast)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+sf = pytest.importorskip("soundfile")
+
+from cosyvino import Synthesizer  # noqa: E402
+from cosyvino.server import ServerConfig  # noqa: E402
+from cosyvino.server.encoding import join_segments, to_int16  # noqa: E402
+from server_harness import RunningServer, metric  # noqa: E402
+
+TOKENS = 8  # forced speech tokens per segment
+SHORT = "Hello world."
+TWO = "第一句话说完了。" * 12 + "Then an English sentence follows here."
+LONG = "第一句话说完了，第二句话也说完了。" * 180  # ~45 segments: far longer than any check
+VOICE = "英文女"
+
+
+# One torch thread: this suite runs many requests at once on a small (often shared) machine,
+# where intra-op threads only oversubscribe the cores.
+@pytest.fixture(scope="module")
+def synth(tiny_model_dir):
+    return Synthesizer(tiny_model_dir, backend="torch", num_threads=1, max_parallel=4)
+
+
+@pytest.fixture(scope="module")
+def serial_synth(tiny_model_dir):
+    return Synthesizer(tiny_model_dir, backend="torch", num_threads=1)
+
+
+@pytest.fixture(scope="module")
+def server(synth, tmp_path_factory):
+    cfg = ServerConfig(max_sessions=4, queue_size=32, num_speech_tokens=TOKENS,
+                       cache_dir=str(tmp_path_factory.mktemp("cache")), request_timeout=60)
+    s = RunningServer(cfg, [synth])
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def busy_server(serial_synth):
+    """One session, no queue, API key: for 503, disconnect and auth tests."""
+    cfg = ServerConfig(max_sessions=1, queue_size=0, num_speech_tokens=60, api_key="s3cret",
+                       cache_memory_mb=0, request_timeout=60)
+    s = RunningServer(cfg, [serial_synth])
+    yield s
+    s.stop()
+
+
+def post(url, body, **kw):
+    return httpx.post(url + "/v1/audio/speech", json=body, timeout=60, **kw)
+
+
+def expected_pcm16(synth, text, seed, voice=VOICE, tokens=TOKENS, speed=1.0) -> np.ndarray:
+    chunks = [a.samples for a in synth.stream(text, voice, seed=seed, speed=speed,
+                                              num_speech_tokens=tokens)]
+    return to_int16(join_segments(chunks, synth.sample_rate))
+
+
+def wav_samples(data: bytes) -> tuple[np.ndarray, int]:
+    samples, rate = sf.read(io.BytesIO(data), dtype="int16")
+    return samples, rate
+
+
+def assert_error(r, status, param=None, code=None):
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/json")
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    if param is not None:
+        assert err["param"] == param
+    if code is not None:
+        assert err["code"] == code
+    return err
+
+
+# ---- endpoints and formats -------------------------------------------------------------------
+@pytest.mark.parametrize("fmt,ctype,rate", [("wav", "audio/wav", 22050),
+                                            ("flac", "audio/flac", 22050),
+                                            ("mp3", "audio/mpeg", 22050),
+                                            ("opus", "audio/ogg", 24000)])
+def test_speech_formats_decode(server, synth, fmt, ctype, rate):
+    r = post(server.url, {"model": "tts-1", "input": TWO, "voice": VOICE,
+                          "response_format": fmt, "seed": 5})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == ctype
+    samples, sr = sf.read(io.BytesIO(r.content), dtype="float32")
+    assert sr == rate
+    n_expected = expected_pcm16(synth, TWO, 5).shape[0] * rate / 22050
+    assert abs(samples.shape[0] - n_expected) < 0.05 * n_expected + 2048
+    assert np.abs(samples).max() > 1e-3
+
+
+def test_pcm_is_int16_24khz(server, synth):
+    r = post(server.url, {"input": TWO, "voice": VOICE, "response_format": "pcm", "seed": 2})
+    assert r.status_code == 200 and r.headers["content-type"] == "audio/pcm"
+    assert len(r.content) % 2 == 0
+    pcm = np.frombuffer(r.content, "<i2")
+    ref = expected_pcm16(synth, TWO, 2)
+    assert abs(pcm.shape[0] - round(ref.shape[0] * 24000 / 22050)) <= 2
+    # same waveform, resampled: compare after resampling back
+    import soxr
+
+    back = soxr.resample(pcm.astype(np.float32) / 32767, 24000, 22050)
+    n = min(back.shape[0], ref.shape[0])
+    corr = np.corrcoef(back[:n], ref[:n].astype(np.float32))[0, 1]
+    assert corr > 0.95
+
+
+def test_default_format_is_mp3(server):
+    r = post(server.url, {"input": SHORT, "voice": VOICE})
+    assert r.status_code == 200 and r.headers["content-type"] == "audio/mpeg"
+    sf.read(io.BytesIO(r.content))
+
+
+def test_wav_is_identical_to_synthesizer_and_has_one_header(server, synth):
+    r = post(server.url, {"input": TWO, "voice": VOICE, "response_format": "wav", "seed": 11})
+    assert r.status_code == 200
+    assert r.content.count(b"RIFF") == 1 and r.content[:4] == b"RIFF"
+    samples, rate = wav_samples(r.content)
+    assert rate == 22050
+    np.testing.assert_array_equal(samples, expected_pcm16(synth, TWO, 11))
+
+
+def test_single_segment_equals_synthesize(server, synth):
+    r = post(server.url, {"input": SHORT, "voice": VOICE, "response_format": "wav", "seed": 3})
+    samples, _ = wav_samples(r.content)
+    direct = synth.synthesize(SHORT, VOICE, seed=3, num_speech_tokens=TOKENS)
+    np.testing.assert_array_equal(samples, direct.to_int16())
+
+
+def test_segment_joins_have_no_jumps(server, synth):
+    r = post(server.url, {"input": TWO, "voice": VOICE, "response_format": "wav", "seed": 4})
+    samples, _ = wav_samples(r.content)
+    chunks = [a.samples for a in synth.stream(TWO, VOICE, seed=4, num_speech_tokens=TOKENS)]
+    assert len(chunks) >= 2
+    join = chunks[0].shape[0]
+    around = samples[join - 3:join + 3].astype(np.float32) / 32767
+    assert np.abs(around).max() < 0.02  # both sides fade to zero at the join
+
+
+def test_speed_changes_length(server, synth):
+    slow = post(server.url, {"input": SHORT, "voice": VOICE, "response_format": "wav",
+                             "seed": 1, "speed": 0.5})
+    fast = post(server.url, {"input": SHORT, "voice": VOICE, "response_format": "wav",
+                             "seed": 1, "speed": 2.0})
+    n_slow, n_fast = wav_samples(slow.content)[0].shape[0], wav_samples(fast.content)[0].shape[0]
+    assert n_slow > 3 * n_fast
+    np.testing.assert_array_equal(wav_samples(fast.content)[0],
+                                  expected_pcm16(synth, SHORT, 1, speed=2.0))
+
+
+def test_sse_stream(server):
+    audio = post(server.url, {"input": TWO, "voice": VOICE, "response_format": "pcm",
+                              "seed": 6})
+    r = post(server.url, {"input": TWO, "voice": VOICE, "response_format": "pcm", "seed": 6,
+                          "stream_format": "sse"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done"
+    assert events[-1]["usage"]["output_tokens"] in (0, 2 * TOKENS)
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 1
+    assert b"".join(base64.b64decode(e["audio"]) for e in deltas) == audio.content
+
+
+def test_models_and_voices(server, synth):
+    r = httpx.get(server.url + "/v1/models")
+    assert r.status_code == 200
+    ids = [m["id"] for m in r.json()["data"]]
+    assert "tts-1" in ids and all(m["object"] == "model" for m in r.json()["data"])
+    r = httpx.get(server.url + "/v1/audio/voices")
+    assert r.status_code == 200
+    assert r.json()["voices"] == synth.speakers
+    assert [v["id"] for v in r.json()["data"]] == synth.speakers
+
+
+@pytest.mark.parametrize("how", ["get-query", "get-form-body", "post-form", "post-multipart"])
+def test_inference_sft_compat(server, synth, how):
+    params = {"tts_text": TWO, "spk_id": "中文女", "seed": "9"}
+    url = server.url + "/inference_sft"
+    if how == "get-query":
+        r = httpx.get(url, params=params, timeout=60)
+    elif how == "get-form-body":  # the official client: requests.request("GET", data=...)
+        r = httpx.request("GET", url, data=params, timeout=60)
+    elif how == "post-form":
+        r = httpx.post(url, data=params, timeout=60)
+    else:
+        r = httpx.post(url, data=params, files={"unused": ("x.txt", b"x")}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/octet-stream"
+    pcm = np.frombuffer(r.content, "<i2")
+    np.testing.assert_array_equal(pcm, expected_pcm16(synth, TWO, 9, voice="中文女"))
+
+
+def test_inference_sft_errors(server):
+    r = httpx.get(server.url + "/inference_sft", params={"spk_id": "中文女"})
+    assert_error(r, 400, "tts_text", "missing_required_parameter")
+    r = httpx.get(server.url + "/inference_sft", params={"tts_text": "hi", "spk_id": "nobody"})
+    err = assert_error(r, 400, "spk_id", "unknown_voice")
+    assert "中文女" in err["message"]
+
+
+def test_health_ready_metrics(server):
+    assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+    r = httpx.get(server.url + "/ready")
+    assert r.status_code == 200 and r.json()["ready"] is True
+    post(server.url, {"input": SHORT, "voice": VOICE, "response_format": "wav"})
+    r = httpx.get(server.url + "/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    for name in ("cosyvino_requests_total", "cosyvino_request_duration_seconds_bucket",
+                 "cosyvino_first_byte_seconds_bucket", "cosyvino_rtf_bucket",
+                 "cosyvino_audio_seconds_total", "cosyvino_queue_depth", "cosyvino_in_flight",
+                 "cosyvino_cache_hits_total", "cosyvino_cache_misses_total"):
+        assert name in r.text, name
+    assert metric(server.url, "cosyvino_requests_total",
+                  'endpoint="/v1/audio/speech",status="200"') >= 1
+    assert metric(server.url, "cosyvino_audio_seconds_total") > 0
+
+
+# ---- bad input -------------------------------------------------------------------------------
+BAD = [
+    ("malformed-json", b'{"input": "hi",', 400, None, "invalid_json"),
+    ("not-an-object", b'["hi"]', 400, None, None),
+    ("missing-input", {"voice": VOICE}, 400, "input", "missing_required_parameter"),
+    ("empty-input", {"input": "", "voice": VOICE}, 400, "input", "empty_input"),
+    ("whitespace-input", {"input": " \n\t ", "voice": VOICE}, 400, "input", "empty_input"),
+    ("emoji-input", {"input": "😀🎉 😀", "voice": VOICE}, 400, "input", "empty_input"),
+    ("too-long", {"input": "a" * 4097, "voice": VOICE}, 400, "input",
+     "string_above_max_length"),
+    ("unknown-format", {"input": "hi", "voice": VOICE, "response_format": "aiff"}, 400,
+     "response_format", None),
+    ("speed-0", {"input": "hi", "voice": VOICE, "speed": 0}, 400, "speed", None),
+    ("speed-10", {"input": "hi", "voice": VOICE, "speed": 10}, 400, "speed", None),
+    ("input-int", {"input": 123, "voice": VOICE}, 400, "input", "invalid_type"),
+    ("speed-str", {"input": "hi", "voice": VOICE, "speed": "fast"}, 400, "speed",
+     "invalid_type"),
+    ("voice-int", {"input": "hi", "voice": 5}, 400, "voice", "invalid_type"),
+    ("seed-str", {"input": "hi", "voice": VOICE, "seed": "x"}, 400, "seed", "invalid_type"),
+    ("seed-negative", {"input": "hi", "voice": VOICE, "seed": -1}, 400, "seed", None),
+    ("seed-bool", {"input": "hi", "voice": VOICE, "seed": True}, 400, "seed", "invalid_type"),
+    ("stream-format", {"input": "hi", "voice": VOICE, "stream_format": "ws"}, 400,
+     "stream_format", None),
+    ("huge-body", b'{"input": "' + b"a" * (2 << 20) + b'"}', 413, None, "body_too_large"),
+]
+
+
+@pytest.mark.parametrize("name,body,status,param,code", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_gives_4xx_and_server_stays_healthy(server, name, body, status, param, code):
+    url = server.url + "/v1/audio/speech"
+    if isinstance(body, bytes):
+        r = httpx.post(url, content=body, headers={"content-type": "application/json"},
+                       timeout=60)
+    else:
+        r = httpx.post(url, json=body, timeout=60)
+    assert_error(r, status, param, code)
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_unknown_voice_lists_voices(server, synth):
+    r = post(server.url, {"input": "hi", "voice": "alloy"})
+    err = assert_error(r, 400, "voice", "unknown_voice")
+    for v in synth.speakers:
+        assert v in err["message"]
+
+
+def test_unknown_route_and_method(server):
+    assert_error(httpx.get(server.url + "/nope"), 404)
+    assert_error(httpx.get(server.url + "/v1/audio/speech"), 405)
+
+
+def test_server_still_synthesizes_after_bad_input(server):
+    r = post(server.url, {"input": SHORT, "voice": VOICE, "response_format": "wav"})
+    assert r.status_code == 200
+
+
+# ---- concurrency -----------------------------------------------------------------------------
+def test_16_concurrent_clients_match_direct_synthesis(server, synth):
+    jobs = [(TWO if i % 2 else SHORT, 100 + i) for i in range(16)]
+
+    def one(job):
+        text, seed = job
+        r = post(server.url, {"input": text, "voice": VOICE, "response_format": "wav",
+                              "seed": seed})
+        return r.status_code, r.content
+
+    with ThreadPoolExecutor(16) as ex:
+        results = list(ex.map(one, jobs))
+    assert [s for s, _ in results] == [200] * 16
+    for (text, seed), (_, content) in zip(jobs, results):
+        np.testing.assert_array_equal(wav_samples(content)[0],
+                                      expected_pcm16(synth, text, seed))
+    assert metric(server.url, "cosyvino_in_flight") == 0
+    assert metric(server.url, "cosyvino_queue_depth") == 0
+
+
+def _open_stream(url, client):
+    """Start a long streamed request and wait until its first audio bytes arrive."""
+    req = client.build_request("POST", url + "/v1/audio/speech",
+                               json={"input": LONG, "voice": VOICE, "response_format": "pcm"})
+    resp = client.send(req, stream=True)
+    assert resp.status_code == 200
+    chunks = resp.iter_raw()  # keep a reference: a dropped generator closes the stream
+    assert next(chunks)
+    return resp, chunks
+
+
+def _wait_metric(url, name, value, timeout=20.0, labels=""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if metric(url, name, labels) == value:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_queue_full_gives_503_and_disconnect_frees_the_session(busy_server):
+    url = busy_server.url
+    auth = {"Authorization": "Bearer s3cret"}
+    with httpx.Client(headers=auth, timeout=60) as client:
+        resp, _chunks = _open_stream(url, client)
+        try:
+            assert metric(url, "cosyvino_in_flight") == 1
+            r = client.post(url + "/v1/audio/speech", json={"input": "hi", "voice": VOICE})
+            assert_error(r, 503, code="server_busy")
+            assert int(r.headers["retry-after"]) >= 1
+        finally:
+            resp.close()  # client disconnects mid-stream
+    # the worker stops at the next token and gives the session back
+    assert _wait_metric(url, "cosyvino_in_flight", 0)
+    assert metric(url, "cosyvino_cancelled_total", 'reason="disconnect"') >= 1
+    assert metric(url, "cosyvino_stopped_early_total") >= 1  # not run to the end
+    r = httpx.post(url + "/v1/audio/speech", headers=auth, timeout=60,
+                   json={"input": "hi", "voice": VOICE, "response_format": "wav"})
+    assert r.status_code == 200
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
+                                     {"Authorization": "Basic czNjcmV0"}],
+                         ids=["none", "wrong", "not-bearer"])
+def test_api_key_required(busy_server, headers):
+    r = httpx.post(busy_server.url + "/v1/audio/speech", headers=headers, timeout=60,
+                   json={"input": "hi", "voice": VOICE})
+    assert_error(r, 401, code="invalid_api_key")
+    assert_error(httpx.get(busy_server.url + "/v1/models", headers=headers), 401)
+    assert httpx.get(busy_server.url + "/health").status_code == 200
+
+
+def test_timeout_cancels_work(serial_synth):
+    cfg = ServerConfig(max_sessions=1, queue_size=0, num_speech_tokens=20, cache_memory_mb=0,
+                       request_timeout=0.4)
+    s = RunningServer(cfg, [serial_synth])
+    try:
+        try:
+            r = post(s.url, {"input": LONG, "voice": VOICE, "response_format": "pcm"})
+            if r.status_code != 200:
+                assert_error(r, 504, code="timeout")
+            else:  # headers were out: the transfer is cut short
+                pytest.fail("a timed-out stream must not complete normally")
+        except httpx.RemoteProtocolError:
+            pass
+        assert _wait_metric(s.url, "cosyvino_in_flight", 0)
+        assert metric(s.url, "cosyvino_cancelled_total", 'reason="timeout"') == 1
+        assert metric(s.url, "cosyvino_stopped_early_total") == 1
+    finally:
+        s.stop()
+
+
+# ---- cache -----------------------------------------------------------------------------------
+def test_cache_hit_is_byte_identical_and_corrupt_file_recovered(server):
+    body = {"input": "Cache me. Please.", "voice": VOICE, "response_format": "flac", "seed": 77}
+    hits0 = metric(server.url, "cosyvino_cache_hits_total")
+    first = post(server.url, body)
+    assert first.status_code == 200 and first.headers["x-cosyvino-cache"] == "miss"
+    second = post(server.url, body)
+    assert second.headers["x-cosyvino-cache"] == "hit"
+    assert second.content == first.content
+    assert metric(server.url, "cosyvino_cache_hits_total") == hits0 + 1
+
+    cache = server.state.cache
+    files = [os.path.join(d, f) for d, _, fs in os.walk(cache.directory) for f in fs
+             if f.endswith(".bin")]
+    assert files and not [f for d, _, fs in os.walk(cache.directory) for f in fs
+                          if f.startswith(".tmp-")]
+    target = max(files, key=os.path.getmtime)
+    with open(target, "r+b") as f:  # flip payload bytes
+        f.seek(60)
+        f.write(b"\xff\x00\xff\x00")
+    cache.clear_memory()
+    third = post(server.url, body)
+    assert third.headers["x-cosyvino-cache"] == "miss"  # corrupt entry ignored
+    assert third.content == first.content
+    assert cache.corrupt_recovered >= 1
+    cache.clear_memory()
+    fourth = post(server.url, body)  # rewritten entry now served from disk
+    assert fourth.headers["x-cosyvino-cache"] == "hit" and fourth.content == first.content
+
+
+def test_unseeded_requests_are_not_cached(server):
+    body = {"input": "Not cached.", "voice": VOICE, "response_format": "wav"}
+    a, b = post(server.url, body), post(server.url, body)
+    assert a.headers["x-cosyvino-cache"] == b.headers["x-cosyvino-cache"] == "off"
+
+
+def test_cache_key_depends_on_every_parameter(server):
+    base = {"input": "Key test.", "voice": VOICE, "response_format": "wav", "seed": 1}
+    post(server.url, base)
+    for change in ({"seed": 2}, {"voice": "中文女"}, {"speed": 1.5},
+                   {"response_format": "pcm"}, {"input": "Key test two."}):
+        r = post(server.url, {**base, **change})
+        assert r.headers["x-cosyvino-cache"] == "miss", change
+    r = post(server.url, {**base, "input": "  Key   test. "})  # same normalized text
+    assert r.headers["x-cosyvino-cache"] == "hit"
+
+
+def test_one_model_per_worker_pool(tiny_model_dir, synth):
+    """Backends that are not thread-safe get one loaded Synthesizer per session."""
+    workers = [Synthesizer(tiny_model_dir, backend="torch", num_threads=1) for _ in range(2)]
+    s = RunningServer(ServerConfig(max_sessions=2, queue_size=8, num_speech_tokens=TOKENS,
+                                   cache_memory_mb=0), workers)
+    try:
+        assert not s.state.pool.shared
+        with ThreadPoolExecutor(4) as ex:
+            rs = list(ex.map(lambda seed: post(s.url, {"input": TWO, "voice": VOICE,
+                                                       "response_format": "wav",
+                                                       "seed": seed}), range(4)))
+        for seed, r in enumerate(rs):
+            assert r.status_code == 200
+            np.testing.assert_array_equal(wav_samples(r.content)[0],
+                                          expected_pcm16(synth, TWO, seed))
+    finally:
+        s.stop()

@@ -1,0 +1,184 @@
+"""`cosyvino serve` as a user runs it: plan/flag resolution, and a real subprocess that drains
+in-flight requests on SIGTERM."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from click.testing import CliRunner  # noqa: E402
+
+from cosyvino.cli import main  # noqa: E402
+from cosyvino.server.config import settings_from_plan  # noqa: E402
+
+PLAN = """# test plan (the planner's format)
+backend = "torch"
+streams = 1
+threads_per_stream = 1
+pinning = false
+max_sessions = 2
+queue_size = 3
+model_dir = "{model_dir}"
+version = 1
+
+[backend_options]
+num_threads = 1
+"""
+
+
+@pytest.fixture
+def plan_file(tmp_path, tiny_model_dir):
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN.format(model_dir=tiny_model_dir), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """Runs `serve` without starting a server: returns what it would have run."""
+    calls = []
+
+    def fake_run(config, host, port, **kw):
+        calls.append((config, host, port))
+
+    monkeypatch.setattr("cosyvino.server.runner.run", fake_run)
+    return calls
+
+
+def test_settings_from_plan(plan_file, tiny_model_dir):
+    got = settings_from_plan(plan_file)
+    assert got == {"model_dir": tiny_model_dir, "backend": "torch", "max_sessions": 2,
+                   "queue_size": 3, "threads": 1}
+
+
+def test_serve_uses_the_plan_and_flags_override_it(plan_file, captured, tiny_model_dir):
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"])
+    assert r.exit_code == 0, r.output
+    config, host, port = captured[-1]
+    assert (config.max_sessions, config.queue_size, config.threads) == (2, 3, 1)
+    assert config.model_dir == tiny_model_dir and host == "127.0.0.1" and port == 8000
+    assert config.source.startswith("plan ")
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--max-sessions", "1",
+                                  "--queue-size", "0", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    config = captured[-1][0]
+    assert (config.max_sessions, config.queue_size, config.threads) == (1, 0, 1)
+
+
+def test_serve_without_plan_uses_flags(captured, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COSYVINO_PLAN", raising=False)
+    monkeypatch.setenv("COSYVINO_MODEL_DIR", str(tmp_path / "no-model-here"))
+    r = CliRunner().invoke(main, ["serve", "--max-sessions", "3", "--queue-size", "5",
+                                  "--threads", "1", "--api-key", "k", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    config = captured[-1][0]
+    assert (config.max_sessions, config.queue_size, config.threads, config.api_key) == (3, 5, 1,
+                                                                                      "k")
+    assert config.source == "flags" and config.cache_dir is None
+
+
+def test_serve_picks_up_plan_toml_in_cwd(captured, plan_file, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # plan_file is tmp_path/plan.toml
+    monkeypatch.delenv("COSYVINO_PLAN", raising=False)
+    r = CliRunner().invoke(main, ["serve", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][0].max_sessions == 2
+
+
+def test_serve_bad_plan_is_a_clean_error(tmp_path, captured):
+    r = CliRunner().invoke(main, ["serve", "--plan", str(tmp_path / "missing.toml")])
+    assert r.exit_code == 2 and "error:" in r.output and not captured
+    bad = tmp_path / "bad.toml"
+    bad.write_text("backend = [unclosed", encoding="utf-8")
+    r = CliRunner().invoke(main, ["serve", "--plan", str(bad)])
+    assert r.exit_code == 2 and "error:" in r.output and not captured
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_subprocess_serve_drains_in_flight_request_on_sigterm(plan_file, tmp_path):
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from cosyvino.cli import main; main()", "serve", "--plan",
+         plan_file, "--port",
+         str(port), "--no-cache", "--num-speech-tokens", "30", "--log-level", "warning"],
+        cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
+            try:
+                r = httpx.get(url + "/ready", timeout=5)
+                if r.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "server never became ready"
+            time.sleep(0.2)
+        info = r.json()
+        assert info["sessions"] == 2 and info["queue_size"] == 3
+        assert info["settings"].startswith("plan ")
+
+        text = "第一句话说完了，第二句话也说完了。" * 30
+        result = {}
+        first_bytes = threading.Event()
+
+        def client():
+            body = io.BytesIO()
+            with httpx.stream("POST", url + "/v1/audio/speech", timeout=120,
+                              json={"input": text, "voice": "中文女", "response_format": "wav",
+                                    "seed": 1}) as resp:
+                result["status"] = resp.status_code
+                for chunk in resp.iter_raw():
+                    body.write(chunk)
+                    first_bytes.set()
+            result["body"] = body.getvalue()
+
+        t = threading.Thread(target=client)
+        t.start()
+        assert first_bytes.wait(60)
+        proc.send_signal(signal.SIGTERM)
+        t.join(120)
+        assert result.get("status") == 200
+        import soundfile as sf
+
+        samples, rate = sf.read(io.BytesIO(result["body"]), dtype="int16")
+        from cosyvino.length_regulation import mel_frames_for_tokens
+
+        from cosyvino.frontend import TextFrontend
+
+        # every segment has exactly 30 speech tokens: the whole text arrived, not a prefix
+        n_segments = len(TextFrontend().segments(text))
+        assert n_segments >= 2
+        assert samples.shape[0] == n_segments * mel_frames_for_tokens(30) * 256
+        # uvicorn re-raises the signal after its graceful shutdown (conventional exit status)
+        assert proc.wait(60) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_settings_from_plan_without_the_planner(plan_file, tiny_model_dir, monkeypatch):
+    """The fallback reader (planner not installed) maps the same keys."""
+    monkeypatch.setitem(sys.modules, "cosyvino.planner", None)  # import now fails
+    assert settings_from_plan(plan_file) == {"model_dir": tiny_model_dir, "backend": "torch",
+                                             "max_sessions": 2, "queue_size": 3, "threads": 1}
