@@ -284,7 +284,7 @@ def _memory(probe: Probe, backend: str, sessions: int, memory_limit: int | None,
             f"from {src} + {_gib(per_session)} working memory + {_gib(RUNTIME_OVERHEAD_BYTES)} "
             f"runtime) but the {'cgroup limit' if probe.mem_limit else 'machine'} allows "
             f"{_gib(budget)} ({int(MEMORY_HEADROOM * 100)}% usable). Raise the memory limit, "
-            "or use smaller (INT8) IRs: `cosyvino convert`")
+            "or pass --memory-limit if the detected limit is wrong")
     fit = max(1, (usable - RUNTIME_OVERHEAD_BYTES - weights) // per_session)
     if fit < sessions:
         log.decide("max_sessions_memory", int(fit),

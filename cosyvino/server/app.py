@@ -366,7 +366,7 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc):
         return APIError(exc.status_code, str(exc.detail),
-                        code="not_found" if exc.status_code == 404 else None).response()
+                        code={404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, f"http_{exc.status_code}")).response()
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, exc):
