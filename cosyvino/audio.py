@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import InputError
+from .fileutil import publish
 
 #: output format -> (libsndfile format, subtype)
 FORMATS = {
@@ -78,11 +79,7 @@ def write_audio_file(path: str, samples: np.ndarray, sample_rate: int, fmt: str)
     try:
         sf.write(tmp, np.clip(samples, -1.0, 1.0), sample_rate, format=container,
                  subtype=subtype)
-        # mkstemp creates 0600; give the file the mode a plain open() would have.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from functools import wraps
 
 import click
 
-from .errors import CosyvinoError, InputError, ModelDirError
+from .cli_errors import friendly_errors
+from .errors import InputError, ModelDirError
 
 DEMO_SENTENCES = (
     ("zh", "中文女", "你好，欢迎使用 cosyvino，这是在普通服务器处理器上运行的语音合成服务。"),
@@ -21,15 +21,7 @@ DEMO_SENTENCES = (
 )
 
 
-def _friendly_errors(fn):
-    @wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except CosyvinoError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
-    return wrapper
+_friendly_errors = friendly_errors
 
 
 def _stage_table(stats: dict) -> str:

@@ -12,7 +12,6 @@ time grid against upstream's torch expression, and export-friendliness (``torch.
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import numpy as np

@@ -7,24 +7,14 @@ from __future__ import annotations
 
 import os
 import re
-import sys
-from functools import wraps
 
 import click
 
-from ..errors import CosyvinoError
+from ..cli_errors import friendly_errors
 from .rules import GOALS
 
 
-def _errors(fn):
-    @wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except CosyvinoError as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
-    return wrapper
+_errors = friendly_errors
 
 
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 
 from ..errors import CosyvinoError
+from ..fileutil import publish
 from .topology import Probe
 
 #: bump when a field changes meaning; readers refuse newer major versions
@@ -141,10 +142,7 @@ class Plan:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
-            umask = os.umask(0)  # mkstemp makes 0600; give the plan a normal file mode
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, path)
+            publish(tmp, path)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
