@@ -120,9 +120,11 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
     mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]
             if isinstance(rows[0][k], (int, float)) and rows[0][k] is not None}
     info = getattr(tts.stages, "compile_info", None)
+    manifest = getattr(tts.stages, "manifest", None) or {}
+    llm_weights = manifest.get("files", {}).get("llm.bin", {}).get("precision")
     return {"backend": backend, "options": options, "threads": threads,
             "load_s": load_s, "peak_rss_mb": peak_rss_mb(), "rows": rows, "mean": mean,
-            "compile_info": info.get("llm") if info else None,
+            "compile_info": info.get("llm") if info else None, "llm_weights": llm_weights,
             "torch_imported": "torch" in sys.modules}
 
 
@@ -154,6 +156,8 @@ def roofline(config, results: list[dict], tokens: int) -> dict:
         if r.get("compile_info") and r["compile_info"].get("INFERENCE_PRECISION_HINT") in (
                 "bf16", "f16"):
             wb = 2
+        if r.get("llm_weights") == "int8-weights":  # `cosyvino quantize`: 1 byte/weight
+            wb = 1
         kvb = {"u8": 1, "f16": 2, "bf16": 2}.get(
             (r.get("compile_info") or {}).get("KV_CACHE_PRECISION"), 4)
         b = llm_decode_bytes(config, mean_len, wb, kvb)

@@ -224,6 +224,7 @@ def backends():
 
 main.add_command(__import__("cosyvino.cli_convert", fromlist=["convert"]).convert)
 main.add_command(__import__("cosyvino.cli_bench", fromlist=["bench"]).bench)
+main.add_command(__import__("cosyvino.cli_quantize", fromlist=["quantize"]).quantize)
 
 main.add_command(__import__("cosyvino.server.cli", fromlist=["serve"]).serve)
 

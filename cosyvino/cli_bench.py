@@ -18,6 +18,15 @@ _PRECISION = {"f32": ("f32", "f32"), "bf16": ("bf16", None), "f16": ("f16", None
               "u8kv": ("f32", "u8"), "default": (None, None)}
 
 
+def _split_subdir(spec: str) -> tuple[str, str | None]:
+    """``openvino@SUBDIR[:prec]`` -> (``openvino[:prec]``, SUBDIR); else (spec, None)."""
+    name, colon, prec = spec.partition(":")
+    name, _, sub = name.partition("@")
+    if sub and name != "openvino":
+        raise click.BadParameter(f"only openvino takes '@SUBDIR' ({spec!r})")
+    return name + colon + prec, (sub or None)
+
+
 def _parse_spec(spec: str) -> tuple[str, dict]:
     """``torch`` | ``openvino`` | ``openvino:bf16`` -> (backend, options)."""
     name, _, prec = spec.partition(":")
@@ -41,7 +50,9 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
 @click.option("--backends", default="torch,openvino", show_default=True,
               help="Comma-separated; openvino[:f32|u8kv|bf16|f16|default] picks the inference "
                    "precision (f32 = f32 compute and f32 KV cache; u8kv = f32 compute, u8 KV "
-                   "cache; default = the CPU plugin's choice).")
+                   "cache; default = the CPU plugin's choice); openvino@SUBDIR loads the IRs "
+                   "in MODEL_DIR/SUBDIR (e.g. openvino@openvino-int8-llm from `cosyvino "
+                   "quantize`).")
 @click.option("--tokens", type=click.IntRange(min=2), default=250, show_default=True,
               help="Forced speech tokens per text (50 = 1 s of audio).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -59,14 +70,15 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
 
     model_dir = os.path.abspath(model_dir or ensure_default_model())
     specs = [s.strip() for s in backends.split(",") if s.strip()]
-    parsed = [(s, *_parse_spec(s)) for s in specs]
-    if any(b == "openvino" for _, b, _ in parsed):
+    parsed = [(s, *_parse_spec(_split_subdir(s)[0]), _split_subdir(s)[1]) for s in specs]
+    if any(b == "openvino" and not sub for _, b, _, sub in parsed):
         _ensure_converted(model_dir)
     results = []
-    for label, backend, opts in parsed:
+    for label, backend, opts, sub in parsed:
         click.echo(f"bench: {label} ({len(TEXTS)} texts x {tokens} tokens) ...", err=True)
         t = time.perf_counter()
-        r = run_backend_subprocess(backend, model_dir, tokens, threads, opts)
+        r = run_backend_subprocess(backend, os.path.join(model_dir, sub) if sub else model_dir,
+                                   tokens, threads, opts)
         r["label"] = label
         results.append(r)
         click.echo(f"bench: {label} done in {time.perf_counter() - t:.0f} s"
