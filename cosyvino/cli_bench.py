@@ -98,6 +98,11 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
         click.echo(json.dumps(data, ensure_ascii=False, indent=2))
     else:
         click.echo(table)
+    failed = [r["label"] for r in results if "error" in r]
+    if failed:
+        # a benchmark that could not run a backend is not a result: fail the command
+        click.echo(f"error: backend(s) failed: {', '.join(failed)}", err=True)
+        sys.exit(1)
         if json_out:
             click.echo(f"\nwrote {json_out}")
 

@@ -5,12 +5,14 @@ imports openvino and nncf only when run). Registered in :mod:`cosyvino.cli` with
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 import click
 
 from .cli_errors import friendly_errors as _friendly_errors
+from .errors import ModelDirError
 
 
 @click.command("quantize")
@@ -55,6 +57,10 @@ def quantize(model_dir, preset, out_dir, eval_per_language, eval_tokens, calib, 
     from .calibration import load_calibration_set
 
     model_dir = model_dir or ensure_default_model()
+    if max_kl is not None and max_kl != max_kl:  # NaN would silently disable the guard
+        raise click.BadParameter("--max-kl must be a number, not NaN")
+    if not os.path.isdir(model_dir):
+        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
     if max_kl is not None and eval_per_language == 0:
         raise click.BadParameter("--max-kl needs the accuracy report (--eval-per-language > 0)")
     texts = (load_calibration_set(calib, split="evaluation",

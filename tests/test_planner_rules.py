@@ -216,3 +216,28 @@ def test_bad_inputs(tmp_path):
     p.backends = {"torch": {"available": False, "reason": "torch is not installed"}}
     with pytest.raises(PlanError, match="no usable backend"):
         make_plan(p)
+
+
+def test_quantized_llm_dir_is_served(tmp_path):
+    """`cosyvino quantize` output (openvino-int8-llm/, LLM files recorded as int8-weights) is
+    found by the inventory and becomes the plan's model dir."""
+    import json
+
+    from cosyvino.planner.inventory import model_inventory
+
+    model = tmp_path / "model"
+    for sub, llm_prec in (("openvino", "fp32"), ("openvino-int8-llm", "int8-weights")):
+        d = model / sub
+        d.mkdir(parents=True)
+        files = {"llm.xml": {"precision": llm_prec, "stage": "llm", "size": 1},
+                 "llm.bin": {"precision": llm_prec, "stage": "llm", "size": 1},
+                 "estimator.xml": {"precision": "fp32", "stage": "estimator", "size": 1}}
+        (d / "manifest.json").write_text(json.dumps({"files": files}))
+    (model / "cosyvoice.yaml").write_text("")
+    inv = model_inventory(str(model))
+    assert inv["openvino"]["precisions"]["llm"] == "int8"
+    assert inv["openvino"]["int8_llm_dir"] == str(model / "openvino-int8-llm")
+    plan = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino")
+    assert plan.precision["llm_weights"] == "int8"
+    assert plan.model_dir == str(model / "openvino-int8-llm")
+    assert "INT8" in _reason(plan, "llm_weights")

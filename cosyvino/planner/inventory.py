@@ -18,7 +18,8 @@ STAGES = ("llm", "flow", "estimator", "vocoder")
 
 #: directories (relative to the model dir) holding converted OpenVINO IRs, with a manifest;
 #: "." covers a converted dir passed as the model dir itself
-OPENVINO_DIRS = ("openvino", "openvino-int8", ".")
+#: where converted IRs may live; ``openvino-int8-llm`` is what ``cosyvino quantize`` writes
+OPENVINO_DIRS = ("openvino", "openvino-int8-llm", "openvino-int8", ".")
 
 #: torch checkpoint files the torch backend loads
 TORCH_FILES = ("llm.pt", "flow.pt", "hift.pt")
@@ -79,7 +80,8 @@ _PREC_KEYS = ("weights", "weight_precision", "precision", "dtype")
 def _norm_prec(p) -> str:
     p = str(p).lower()
     return {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16",
-            "bfloat16": "bf16", "u8": "int8", "i8": "int8", "int4": "int4"}.get(p, p)
+            "bfloat16": "bf16", "u8": "int8", "i8": "int8", "int4": "int4",
+            "int8-weights": "int8", "int8_weights": "int8"}.get(p, p)
 
 
 def _manifest_precisions(manifest) -> dict[str, str]:
@@ -166,6 +168,9 @@ def model_inventory(model_dir: str | None) -> dict:
         for stage, p in precs.items():
             if p == "int8" or stage not in ov["precisions"]:
                 ov["precisions"][stage] = p
+        if precs.get("llm") == "int8" and "int8_llm_dir" not in ov:
+            # serve this dir: it holds every stage, with the INT8-weight LLM
+            ov["int8_llm_dir"] = os.path.abspath(d)
         if sub in ("openvino", "."):
             ov["bytes"] = _dir_bytes(d, (".bin",))
     return info

@@ -361,9 +361,15 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     if probe.hybrid and not probe.p_cores:
         log.warnings.append("hybrid CPU but no P-cores in the affinity set: running on E-cores")
 
+    serve_dir = probe.model.get("dir", model_dir or "")
+    int8_dir = probe.model.get("openvino", {}).get("int8_llm_dir")
+    if be == "openvino" and int8_dir and prec.get("llm_weights") == "int8":
+        serve_dir = log.decide("model_dir", int8_dir, "converted dir with INT8 LLM weights "
+                               "(`cosyvino quantize`); the fp32 IRs stay next to it")
+
     from .. import __version__
     plan = Plan(
-        backend=be, goal=goal, model_dir=probe.model.get("dir", model_dir or ""),
+        backend=be, goal=goal, model_dir=serve_dir,
         backend_options=_backend_options(probe, be, goal, n_streams, tps, pin, prec),
         streams=n_streams, threads_per_stream=tps, pinning=pin,
         max_sessions=max_sessions, queue_size=queue_size, precision=prec, memory=mem,
