@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..config import ModelConfig
 from ..errors import InputError, ModelDirError
+from ..fileutil import replace_dir
 from .presets import PRESETS
 from .yaml_writer import render_cosyvoice_yaml
 
@@ -103,9 +104,7 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
         with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
             f.write(README.format(preset=preset))
         del llm, flow, hift
-        if os.path.exists(out_dir):
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ModelDirError(f"cannot write model directory {out_dir}: {e}", out_dir) from None

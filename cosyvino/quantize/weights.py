@@ -27,6 +27,7 @@ from ..converted import (
 )
 from ..errors import InputError
 from .accuracy import format_table, llm_teacher_forced_report, report_is_finite
+from ..fileutil import replace_dir
 
 Progress = Callable[[str], None]
 
@@ -146,13 +147,7 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
             "quantization": quant,
         })
         validate_converted_dir(tmp)
-        old = None
-        if os.path.exists(out_dir):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
-            os.rename(out_dir, os.path.join(old, "x"))
-        os.rename(tmp, out_dir)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -30,6 +30,7 @@ from ...models.torch.llm import TextEncoderStage
 from ...models.torch.loading import TorchModel, load_torch_model
 from .model_patcher import LLMCacheStep, sdpa_attention
 from .stateful import make_llm_stateful
+from ...fileutil import replace_dir
 
 Progress = Callable[[str], None]
 WEIGHTS = ("fp32", "fp16")
@@ -222,13 +223,7 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
             "llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
                     "query_side_pos": True, "stateful": True},
         })
-        old = None
-        if os.path.exists(out_dir):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
-            os.rename(out_dir, os.path.join(old, "x"))
-        os.rename(tmp, out_dir)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

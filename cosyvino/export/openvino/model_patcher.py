@@ -28,12 +28,7 @@ from ...models.torch.transformer import RelPositionMultiHeadedAttention, _rel_sh
 
 def _sdpa_forward(self: RelPositionMultiHeadedAttention, x, pos, mask=None, past_k=None,
                   past_v=None, query_side_pos=False):
-    q = self._heads(self.linear_q(x))
-    k = self._heads(self.linear_k(x))
-    v = self._heads(self.linear_v(x))
-    if past_k is not None and past_v is not None:
-        k = torch.cat([past_k, k], dim=2)
-        v = torch.cat([past_v, v], dim=2)
+    q, k, v = self.project_qkv(x, past_k, past_v)
     keys = k.shape[2]
     scale = 1.0 / math.sqrt(self.d_k)
     q_u = q + self.pos_bias_u.unsqueeze(1)

@@ -86,6 +86,17 @@ class RelPositionMultiHeadedAttention(nn.Module):
         b, t, _ = x.shape
         return x.reshape(b, t, self.h, self.d_k).transpose(1, 2)
 
+    def project_qkv(self, x: Tensor, past_k: Tensor | None = None,
+                    past_v: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Heads of q [B, H, T, d_k] and of k, v with the cache prepended [B, H, P+T, d_k]."""
+        q = self._heads(self.linear_q(x))
+        k = self._heads(self.linear_k(x))
+        v = self._heads(self.linear_v(x))
+        if past_k is not None and past_v is not None:
+            k = torch.cat([past_k, k], dim=2)
+            v = torch.cat([past_v, v], dim=2)
+        return q, k, v
+
     def forward(self, x: Tensor, pos: Tensor, mask: Optional[Tensor] = None,
                 past_k: Optional[Tensor] = None, past_v: Optional[Tensor] = None,
                 query_side_pos: bool = False) -> tuple[Tensor, Tensor, Tensor]:
@@ -107,12 +118,7 @@ class RelPositionMultiHeadedAttention(nn.Module):
             ``(out [B, T, d], k [B, H, P+T, d_k], v [B, H, P+T, d_k])``; ``k``/``v`` are the
             new cache (upstream keeps K and V concatenated on the last axis instead).
         """
-        q = self._heads(self.linear_q(x))
-        k = self._heads(self.linear_k(x))
-        v = self._heads(self.linear_v(x))
-        if past_k is not None and past_v is not None:
-            k = torch.cat([past_k, k], dim=2)
-            v = torch.cat([past_v, v], dim=2)
+        q, k, v = self.project_qkv(x, past_k, past_v)
         keys = k.shape[2]
 
         q_u = q + self.pos_bias_u.unsqueeze(1)  # [B, H, T, d_k]
