@@ -1,5 +1,5 @@
 """The backend stage interface (what a backend plugin implements). Must not import torch."""
 
-from .base import Backend, LLMSession, Stages
+from .base import Backend, Capabilities, LLMSession, Stages
 
-__all__ = ["Backend", "LLMSession", "Stages"]
+__all__ = ["Backend", "Capabilities", "LLMSession", "Stages"]

@@ -10,6 +10,7 @@ T = frames, N = tokens. Must not import torch.
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -105,6 +106,39 @@ class Stages(abc.ABC):
         """Release backend resources."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """A backend's self-description for one model dir: what the planner weighs when it picks a
+    backend (:meth:`Backend.capabilities`). Cost hints are estimates, not promises; the planner
+    records them in the plan's reasons.
+
+    Attributes:
+        ready: ``model_dir`` can be loaded as it is now (e.g. converted files present).
+        reason: one line: what would be loaded, or what is missing and the command that fixes it.
+        load_dir: directory to pass to :meth:`Backend.load` (None = ``model_dir``).
+        relative_speed: expected end-to-end synthesis speed relative to the torch backend in
+            fp32 on the same CPU and threads (> 1 = faster). Measured numbers belong here
+            (docs/performance.md); 1.0 when unknown.
+        resident_bytes: expected resident memory of one loaded model in bytes (None = unknown).
+        thread_safe: one loaded model serves concurrent requests (see :attr:`Stages.thread_safe`).
+        streams: the backend can run several inference streams in one process (NUM_STREAMS).
+        pinning: the backend can pin its threads to cores.
+        precisions: compute precisions the backend can run here (``fp32``, ``bf16``, ``int8``...).
+        options: backend options (``load(**options)``) it recommends for this machine.
+    """
+
+    ready: bool
+    reason: str = ""
+    load_dir: str | None = None
+    relative_speed: float = 1.0
+    resident_bytes: int | None = None
+    thread_safe: bool = False
+    streams: bool = False
+    pinning: bool = False
+    precisions: tuple[str, ...] = ("fp32",)
+    options: dict = field(default_factory=dict)
+
+
 class Backend(abc.ABC):
     """A backend plugin's entry class, registered through the ``register_backends`` hook.
 
@@ -119,6 +153,15 @@ class Backend(abc.ABC):
     def is_available(cls) -> tuple[bool, str]:
         """(usable, reason) — e.g. False when its runtime package is not installed."""
         return True, ""
+
+    @classmethod
+    def capabilities(cls, model_dir: str | None, probe=None) -> Capabilities:
+        """Describe what this backend would do with ``model_dir`` on the probed machine
+        (``probe``: :class:`cosyvino.planner.topology.Probe` or None). The planner calls this on
+        every installed backend and picks among the ready ones. Must be cheap: no model
+        loading, no heavy imports. Default: ready, speed of the torch reference.
+        """
+        return Capabilities(ready=True, reason=f"{cls.name}: no capability description")
 
     @classmethod
     @abc.abstractmethod
