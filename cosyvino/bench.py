@@ -158,6 +158,8 @@ def roofline(config, results: list[dict], tokens: int) -> dict:
             wb = 2
         if r.get("llm_weights") == "int8-weights":  # `cosyvino quantize`: 1 byte/weight
             wb = 1
+        elif r.get("llm_weights") == "int4-weights":  # int4-llm preset: half a byte/weight
+            wb = 0.5
         kvb = {"u8": 1, "f16": 2, "bf16": 2}.get(
             (r.get("compile_info") or {}).get("KV_CACHE_PRECISION"), 4)
         b = llm_decode_bytes(config, mean_len, wb, kvb)

@@ -18,17 +18,25 @@ _PRECISION = {"f32": ("f32", "f32"), "bf16": ("bf16", None), "f16": ("f16", None
               "u8kv": ("f32", "u8"), "default": (None, None)}
 
 
+#: backends that serve a converted dir: backend -> (manifest runtime, `cosyvino convert` args)
+_CONVERTED = {"openvino": ("openvino", []), "onnxruntime": ("onnxruntime", ["--format", "onnx"])}
+#: ``onnxruntime:VARIANT`` -> backend options
+_ORT_VARIANTS = {"run": {}, "iobinding": {"io_binding": True}}
+
+
 def _split_subdir(spec: str) -> tuple[str, str | None]:
-    """``openvino@SUBDIR[:prec]`` -> (``openvino[:prec]``, SUBDIR); else (spec, None)."""
+    """``openvino@SUBDIR[:prec]`` / ``onnxruntime@SUBDIR`` -> (spec without it, SUBDIR); else
+    (spec, None)."""
     name, colon, prec = spec.partition(":")
     name, _, sub = name.partition("@")
-    if sub and name != "openvino":
-        raise click.BadParameter(f"only openvino takes '@SUBDIR' ({spec!r})")
+    if sub and name not in _CONVERTED:
+        raise click.BadParameter(f"only {' and '.join(_CONVERTED)} take '@SUBDIR' ({spec!r})")
     return name + colon + prec, (sub or None)
 
 
 def _parse_spec(spec: str) -> tuple[str, dict]:
-    """``torch`` | ``openvino`` | ``openvino:bf16`` -> (backend, options)."""
+    """``torch`` | ``openvino`` | ``openvino:bf16`` | ``onnxruntime[:iobinding]`` ->
+    (backend, options)."""
     name, _, prec = spec.partition(":")
     if name == "openvino":
         p, kv = _PRECISION.get(prec or "f32", (None, None))
@@ -39,6 +47,11 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
         if kv:
             opts["kv_cache_precision"] = kv
         return name, opts
+    if name == "onnxruntime":
+        if prec and prec not in _ORT_VARIANTS:
+            raise click.BadParameter(f"unknown onnxruntime variant {prec!r} in {spec!r}; use "
+                                     f"one of {sorted(_ORT_VARIANTS)}")
+        return name, dict(_ORT_VARIANTS[prec or "run"])
     if prec:
         raise click.BadParameter(f"backend {name!r} takes no ':precision' ({spec!r})")
     return name, {}
@@ -47,12 +60,14 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
 @click.command("bench")
 @click.option("--model-dir", type=click.Path(file_okay=False), default=None,
               help="Model dir (default: the embedded default model, synthetic 300M).")
-@click.option("--backends", default="torch,openvino", show_default=True,
+@click.option("--backends", default="torch,openvino,onnxruntime", show_default=True,
               help="Comma-separated; openvino[:f32|u8kv|bf16|f16|default] picks the inference "
                    "precision (f32 = f32 compute and f32 KV cache; u8kv = f32 compute, u8 KV "
                    "cache; default = the CPU plugin's choice); openvino@SUBDIR loads the IRs "
                    "in MODEL_DIR/SUBDIR (e.g. openvino@openvino-int8-llm from `cosyvino "
-                   "quantize`).")
+                   "quantize`); onnxruntime[:iobinding] serves MODEL_DIR/onnx (iobinding: the "
+                   "LLM decode loop through IO binding). A missing OpenVINO / ONNX dir is "
+                   "converted once first.")
 @click.option("--tokens", type=click.IntRange(min=2), default=250, show_default=True,
               help="Forced speech tokens per text (50 = 1 s of audio).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -71,10 +86,13 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
     model_dir = os.path.abspath(model_dir or ensure_default_model())
     specs = [s.strip() for s in backends.split(",") if s.strip()]
     parsed = [(s, *_parse_spec(_split_subdir(s)[0]), _split_subdir(s)[1]) for s in specs]
-    if any(b == "openvino" and not sub for _, b, _, sub in parsed):
-        _ensure_converted(model_dir)
+    missing = {b: _ensure_converted(model_dir, b) for _, b, _, sub in parsed
+               if b in _CONVERTED and not sub}
     results = []
     for label, backend, opts, sub in parsed:
+        if missing.get(backend):
+            results.append({"backend": backend, "label": label, "error": missing[backend]})
+            continue
         click.echo(f"bench: {label} ({len(TEXTS)} texts x {tokens} tokens) ...", err=True)
         t = time.perf_counter()
         r = run_backend_subprocess(backend, os.path.join(model_dir, sub) if sub else model_dir,
@@ -84,8 +102,10 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
         click.echo(f"bench: {label} done in {time.perf_counter() - t:.0f} s"
                    + (f" (FAILED: {r['error'].splitlines()[-1]})" if "error" in r else ""),
                    err=True)
-    config = read_model_config(os.path.join(model_dir, "cosyvoice.yaml"))
-    roof = roofline(config, results, tokens) if any("mean" in r for r in results) else None
+    roof = None
+    if any("mean" in r for r in results):
+        roof = roofline(read_model_config(os.path.join(model_dir, "cosyvoice.yaml")), results,
+                        tokens)
     table = markdown(results, roof)
     data = {"model_dir": model_dir, "tokens": tokens, "threads": threads,
             "texts": [t[2] for t in TEXTS], "cpu": platform.processor() or platform.machine(),
@@ -103,18 +123,33 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
         # a benchmark that could not run a backend is not a result: fail the command
         click.echo(f"error: backend(s) failed: {', '.join(failed)}", err=True)
         sys.exit(1)
-        if json_out:
-            click.echo(f"\nwrote {json_out}")
+    if json_out:
+        click.echo(f"wrote {json_out}", err=True)
 
 
-def _ensure_converted(model_dir: str) -> None:
+def _ensure_converted(model_dir: str, backend: str) -> str | None:
+    """Make sure ``model_dir`` has ``backend``'s converted dir, running `cosyvino convert` once
+    when it is missing. Returns None when it is there, else an error line for the table (the
+    command then exits 1 like for any failed backend)."""
     from .converted import find_converted_dir
     from .errors import ConvertedModelError
 
+    runtime, args = _CONVERTED[backend]
     try:
-        find_converted_dir(model_dir)
+        find_converted_dir(model_dir, runtime)
+        return None
     except ConvertedModelError:
-        click.echo(f"bench: no OpenVINO IRs for {model_dir}; running `cosyvino convert` once",
-                   err=True)
-        subprocess.run([sys.executable, "-m", "cosyvino.cli", "convert", "--model-dir",
-                        model_dir], check=True)
+        pass
+    cmd = " ".join(["cosyvino convert", *args])
+    click.echo(f"bench: no {backend} model for {model_dir}; running `{cmd}` once", err=True)
+    # the child's stdout goes to our fd 2 (live progress): stdout carries the table / --json
+    out = subprocess.run([sys.executable, "-m", "cosyvino.cli", "convert", *args,
+                          "--model-dir", model_dir], stdout=2)
+    if out.returncode != 0:
+        return (f"no converted model for {backend} in {model_dir} and `{cmd} --model-dir "
+                f"{model_dir}` failed with status {out.returncode}")
+    try:
+        find_converted_dir(model_dir, runtime)
+    except ConvertedModelError as e:
+        return str(e)
+    return None

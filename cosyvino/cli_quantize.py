@@ -5,6 +5,7 @@ imports openvino and nncf only when run). Registered in :mod:`cosyvino.cli` with
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -14,84 +15,160 @@ import click
 from .cli_errors import friendly_errors as _friendly_errors
 from .errors import ModelDirError
 
+PRESET_NAMES = ("int8-llm-only", "int8", "int4-llm")
+
+
+def _finite(ctx, param, value):
+    if value is not None and not math.isfinite(value):  # NaN would silently disable a guard
+        raise click.BadParameter("must be a finite number")
+    return value
+
 
 @click.command("quantize")
 @click.option("--model-dir", type=click.Path(file_okay=False), default=None,
               help="Model dir with openvino/ IRs, or a converted dir (default: the embedded "
                    "default model).")
-@click.option("--preset", type=click.Choice(["int8-llm-only"]), default="int8-llm-only",
-              show_default=True,
-              help="int8-llm-only: NNCF weight-only INT8 (asymmetric) of the LLM; other IRs "
-                   "copied unchanged.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output dir [default: next to the fp32 IRs, openvino-int8-llm].")
-@click.option("--eval-per-language", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Held-out calibration texts per language for the accuracy report "
-                   "(0 = skip the report).")
-@click.option("--eval-tokens", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Forced speech tokens per text in the accuracy report.")
 @click.option("--calib", type=click.Path(exists=True), default=None,
-              help="Calibration texts file or dir (default: the shipped calib/ set).")
-@click.option("--max-kl", type=click.FloatRange(min=0), default=None,
-              help="Fail (exit 1, nothing written) when the LLM's mean KL vs fp32 exceeds this.")
+              help="Calibration texts file or dir (default: the shipped calib/ set); its "
+                   "calibration split feeds the capture, its evaluation split the report.")
+@click.option("--preset", type=click.Choice(PRESET_NAMES), default="int8-llm-only",
+              show_default=True,
+              help="int8-llm-only: LLM INT8 weight-only, rest copied. int8: LLM + text "
+                   "encoder INT8 weight-only, flow encoder + estimator static INT8 (captured "
+                   "inputs). int4-llm: LLM INT4 weight-only (AWQ + scale estimation on "
+                   "captured LLM inputs), rest fp32.")
+@click.option("--hift", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True,
+              help="HiFT vocoder: fp32, or static INT8 (vocoders are sensitive; check SNR).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+              help="Output dir [default: next to the fp32 IRs: openvino-int8-llm, "
+                   "openvino-int8, openvino-int4-llm].")
+@click.option("--subset", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Calibration texts per language for the capture (5 languages).")
+@click.option("--estimator-samples", type=click.IntRange(min=1), default=120,
+              show_default=True,
+              help="Estimator calls kept for calibration, spread evenly over the Euler steps.")
+@click.option("--llm-sequences", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Utterances of captured LLM inputs for INT4 AWQ / scale estimation.")
+@click.option("--speech-tokens", type=click.IntRange(min=1), default=None,
+              help="Force this many speech tokens per segment in the capture and the audio "
+                   "report (bounds their time) [default: until EOS].")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the capture (synthesis and subsets) and of the audio report.")
+@click.option("--smooth-quant-alpha", type=float, default=-1.0, show_default=True,
+              callback=_finite, help="SmoothQuant alpha for MatMuls (static INT8), e.g. 0.5 "
+                                     "or 0.95; < 0 disables SmoothQuant (the measured best "
+                                     "on the synthetic 300M).")
+@click.option("--ignore-sensitive/--quantize-all", default=True, show_default=True,
+              help="Keep the sensitive layers (estimator time MLP, first/last convs ...) fp32.")
+@click.option("--int4-mode", type=click.Choice(["asym", "sym"]), default="asym",
+              show_default=True, help="INT4 weights with or without a zero point.")
+@click.option("--group-size", type=click.Choice(["64", "128"]), default="128",
+              show_default=True, help="INT4 group size (input channels per scale).")
+@click.option("--ratio", type=click.FloatRange(min=0, min_open=True, max=1), default=1.0,
+              show_default=True, help="Share of LLM layers in INT4 (the rest INT8).")
+@click.option("--data-free", is_flag=True,
+              help="INT4 without the calibration capture (no AWQ / scale estimation).")
+@click.option("--eval-per-language", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Held-out texts per language for the accuracy report (0 = skip it).")
+@click.option("--eval-tokens", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Forced speech tokens per text in the LLM teacher-forced report.")
+@click.option("--max-kl", type=click.FloatRange(min=0), default=None, callback=_finite,
+              help="Fail (exit 1, nothing written) when the LLM mean KL vs fp32 exceeds this.")
+@click.option("--max-mel-l1", type=click.FloatRange(min=0), default=None, callback=_finite,
+              help="Fail when the mean mel L1 (natural-log units) vs fp32 exceeds this.")
+@click.option("--max-lsd", type=click.FloatRange(min=0), default=None, callback=_finite,
+              help="Fail when the mean mel log-spectral distance (dB) exceeds this.")
+@click.option("--min-snr", type=float, default=None, callback=_finite,
+              help="Fail when the mean waveform SNR (dB) vs fp32 is below this.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the full accuracy report (per text) as JSON here.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="CPU threads for the accuracy report.")
+              help="CPU threads for capture and report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_friendly_errors
-def quantize(model_dir, preset, out_dir, eval_per_language, eval_tokens, calib, max_kl,
-             threads, as_json):
+def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples, llm_sequences,
+             speech_tokens, seed, smooth_quant_alpha, ignore_sensitive, int4_mode, group_size, ratio,
+             data_free, eval_per_language, eval_tokens, max_kl, max_mel_l1, max_lsd, min_snr,
+             report_path, threads, as_json):
     """Quantize converted OpenVINO IRs with NNCF (needs openvino + nncf; no torch).
 
     The output is a converted dir with its own manifest (use it with
-    `--backend openvino --model-dir OUT`); it appears atomically. The accuracy report compares
-    the LLM with fp32 on held-out calibration texts (teacher-forced top-1 agreement and KL).
+    `--backend openvino --model-dir OUT`); it appears atomically, and only when every
+    --max-*/--min-* guard passes. The accuracy report compares with fp32 on held-out texts:
+    LLM teacher-forced top-1 agreement and KL; mel L1, log-spectral distance and waveform SNR
+    per quantized audio stage and end to end.
     """
     from .defaults import ensure_default_model
     from .errors import BackendError
 
     try:
-        from .quantize import QuantizeGuardError, quantize_model_dir
+        from .quantize import (
+            CaptureLimits,
+            Guards,
+            QuantizeGuardError,
+            StaticSettings,
+            WeightSettings,
+            quantize_model_dir,
+        )
     except ImportError as e:
         raise BackendError(f"cosyvino quantize needs openvino and nncf ({e}); "
                            "pip install 'cosyvino[openvino,nncf]'") from None
     from .calibration import load_calibration_set
 
     model_dir = model_dir or ensure_default_model()
-    if max_kl is not None and max_kl != max_kl:  # NaN would silently disable the guard
-        raise click.BadParameter("--max-kl must be a number, not NaN")
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
-    if max_kl is not None and eval_per_language == 0:
-        raise click.BadParameter("--max-kl needs the accuracy report (--eval-per-language > 0)")
-    texts = (load_calibration_set(calib, split="evaluation",
-                                  limit_per_language=eval_per_language)
-             if eval_per_language else None)
+    guards = Guards(max_kl=max_kl, max_mel_l1=max_mel_l1, max_lsd=max_lsd, min_snr=min_snr)
+    if (max_kl is not None or guards.audio) and eval_per_language == 0:
+        raise click.BadParameter("the --max-*/--min-* guards need the accuracy report "
+                                 "(--eval-per-language > 0)")
+    eval_texts = (load_calibration_set(calib, split="evaluation",
+                                       limit_per_language=eval_per_language)
+                  if eval_per_language else None)
+    needs_capture = preset == "int8" or hift == "int8" or (preset == "int4-llm"
+                                                           and not data_free)
+    calib_texts = (load_calibration_set(calib, split="calibration", limit_per_language=subset,
+                                        seed=seed) if needs_capture else None)
     start = time.perf_counter()
 
     def say(msg):
         click.echo(f"[{time.perf_counter() - start:6.1f} s] {msg}", err=True)
 
     try:
-        out, summary = quantize_model_dir(model_dir, out_dir, preset=preset, eval_texts=texts,
-                                          eval_tokens=eval_tokens, max_kl=max_kl,
-                                          num_threads=threads, progress=say)
+        out, summary = quantize_model_dir(
+            model_dir, out_dir, preset=preset, hift=hift, calib_texts=calib_texts,
+            eval_texts=eval_texts, eval_tokens=eval_tokens, guards=guards,
+            limits=CaptureLimits(estimator=estimator_samples, llm_sequences=llm_sequences),
+            static=StaticSettings(smooth_quant_alpha=smooth_quant_alpha,
+                                  ignore_sensitive=ignore_sensitive),
+            int4=WeightSettings(f"INT4_{int4_mode.upper()}", group_size=int(group_size),
+                                ratio=ratio),
+            seed=seed, speech_tokens=speech_tokens, num_threads=threads, progress=say)
     except QuantizeGuardError as e:
         if as_json:
             click.echo(json.dumps({"error": str(e), "accuracy": e.report}, indent=2,
                                   ensure_ascii=False))
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
+    if report_path:
+        with open(report_path, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2, ensure_ascii=False)
     if as_json:
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
-    else:
-        for stage, s in summary["stages"].items():
-            click.echo(f"{stage}: {s['mode']} {s['fp32_bin_bytes'] / 1e6:.1f} MB -> "
-                       f"{s['bin_bytes'] / 1e6:.1f} MB ({s['size_ratio']:.0%})")
-        acc = summary["accuracy"]
-        if acc:
-            click.echo(f"LLM vs fp32: top-1 agreement {acc['top1_agreement']:.3f}, mean KL "
-                       f"{acc['mean_kl']:.2e}, max KL {acc['max_kl']:.2e} "
-                       f"({acc['positions']} positions)")
-        click.echo(f"wrote {out} in {summary['seconds']:.1f} s")
-        click.echo(f"use it: cosyvino synth --backend openvino --model-dir {out} TEXT")
+        return out
+    for stage, s in summary["stages"].items():
+        click.echo(f"{stage}: {s['precision']} {s['fp32_bin_bytes'] / 1e6:.1f} MB -> "
+                   f"{s['bin_bytes'] / 1e6:.1f} MB ({s['size_ratio']:.0%})")
+    click.echo(f"all files: {summary['fp32_bytes'] / 1e6:.1f} MB -> "
+               f"{summary['bytes'] / 1e6:.1f} MB ({summary['size_ratio']:.0%})")
+    acc = summary["accuracy"] or {}
+    if "llm" in acc:
+        a = acc["llm"]
+        click.echo(f"LLM vs fp32: top-1 agreement {a['top1_agreement']:.3f}, mean KL "
+                   f"{a['mean_kl']:.2e}, max KL {a['max_kl']:.2e} ({a['positions']} positions)")
+    if "audio" in acc:
+        from .quantize.accuracy import format_audio_table
+        click.echo("audio vs fp32:\n" + format_audio_table(acc["audio"]))
+    click.echo(f"wrote {out} in {summary['seconds']:.1f} s")
+    click.echo(f"use it: cosyvino synth --backend openvino --model-dir {out} TEXT")
     return out

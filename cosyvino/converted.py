@@ -1,17 +1,24 @@
 """The converted-model directory (``cosyvino convert`` output): layout, manifest, validation.
 
-Shared by the export side (:mod:`cosyvino.export.openvino`, which writes it) and the OpenVINO
-runtime plugin (which reads it). Must import neither torch nor openvino.
+Shared by the export side (:mod:`cosyvino.export.openvino` and :mod:`cosyvino.export.onnx`,
+which write it) and the runtime plugins (which read it). Must import neither torch nor openvino
+nor onnxruntime.
 
 Layout of a converted directory (self-contained for serving)::
 
-    manifest.json          format, versions, source file hashes, per-file hashes and precision
+    manifest.json          format, runtime, versions, source file hashes, per-file hashes and
+                           precision
     cosyvoice.yaml         copy of the source config
     speakers.json          speaker names, in row order of speakers.npy
     speakers.npy           float32 [S, 192] x-vectors (spk2info.pt without torch)
     llm_tables.npz         speech_embedding [V, D], special [2, D] (sos, task_id),
                            spk_affine_weight [D, 192], spk_affine_bias [D]
-    <stage>.xml / .bin     one OpenVINO IR per stage (see STAGES)
+    <stage>.xml / .bin     one OpenVINO IR per stage (see STAGES), runtime "openvino", in D/openvino
+    <stage>.onnx           or one ONNX model per stage (+ <stage>.onnx.data when its weights
+                           are stored externally), runtime "onnxruntime", in D/onnx
+
+The manifest's ``runtime`` names the runtime the files are for (manifests written before the
+field existed are OpenVINO ones) and ``stage_ext`` the stage file extension.
 
 Integrity rules checked at load (:func:`validate_converted_dir`): the manifest's own checksum
 (an edited manifest is refused), every listed file present with the recorded size, small files
@@ -33,6 +40,12 @@ from .errors import ConvertedModelError
 MANIFEST = "manifest.json"
 FORMAT = 1
 DEFAULT_SUBDIR = "openvino"
+#: runtime (manifest ``runtime``) -> default converted subdir of an official model dir
+RUNTIME_SUBDIRS = {"openvino": DEFAULT_SUBDIR, "onnxruntime": "onnx"}
+#: runtime -> stage file extension (the file that names a stage's graph)
+STAGE_EXTS = {"openvino": ".xml", "onnxruntime": ".onnx"}
+#: runtime -> ``cosyvino convert`` arguments that write it
+_CONVERT_HINT = {"openvino": "cosyvino convert", "onnxruntime": "cosyvino convert --format onnx"}
 SOURCE_FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt")
 OPTIONAL_SOURCE_FILES = ("campplus.onnx", "speech_tokenizer_v1.onnx")
 
@@ -97,49 +110,63 @@ def write_manifest(out_dir: str, data: dict) -> None:
         json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _stale(msg: str, path: str) -> ConvertedModelError:
-    return ConvertedModelError(f"{msg}; re-run `cosyvino convert` for this model", path)
+def manifest_runtime(data: dict) -> str:
+    """The runtime a manifest's files are for (``openvino`` when the field is absent)."""
+    return data.get("runtime", "openvino")
 
 
-def read_manifest(conv_dir: str) -> dict:
+def _stale(msg: str, path: str, runtime: str | None = None) -> ConvertedModelError:
+    hint = _CONVERT_HINT.get(runtime or "", "cosyvino convert")
+    return ConvertedModelError(f"{msg}; re-run `{hint}` for this model", path)
+
+
+def read_manifest(conv_dir: str, runtime: str | None = None) -> dict:
+    """The manifest of ``conv_dir``, checksum- and format-checked; with ``runtime``, also
+    refused (:class:`ConvertedModelError`) when it was written for another runtime."""
     path = os.path.join(conv_dir, MANIFEST)
     if not os.path.isfile(path):
-        raise _stale(f"{path} is missing: not a converted cosyvino model directory", path)
+        raise _stale(f"{path} is missing: not a converted cosyvino model directory", path,
+                     runtime)
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (OSError, ValueError) as e:
-        raise _stale(f"{path} is unreadable ({e})", path) from None
+        raise _stale(f"{path} is unreadable ({e})", path, runtime) from None
     if not isinstance(data, dict) or data.get("checksum") != _manifest_checksum(data):
-        raise _stale(f"{path} was edited or is corrupt (checksum mismatch)", path)
+        raise _stale(f"{path} was edited or is corrupt (checksum mismatch)", path, runtime)
     if data.get("format") != FORMAT:
         raise _stale(f"{path} has format {data.get('format')!r}, this cosyvino reads "
-                     f"format {FORMAT}", path)
+                     f"format {FORMAT}", path, runtime)
+    if runtime is not None and manifest_runtime(data) != runtime:
+        raise _stale(f"{path} is a {manifest_runtime(data)} conversion, not {runtime}", path,
+                     runtime)
     return data
 
 
 def validate_converted_dir(conv_dir: str, source_dir: str | None = None,
-                           check_files: Iterable[str] | None = None) -> dict:
-    """Check a converted dir against its manifest (and the source model when given).
+                           check_files: Iterable[str] | None = None,
+                           runtime: str | None = None) -> dict:
+    """Check a converted dir against its manifest (and the source model when given; with
+    ``runtime``, that the manifest was written for it).
 
     Returns the manifest. Raises :class:`ConvertedModelError` naming the first bad file.
     """
-    data = read_manifest(conv_dir)
+    data = read_manifest(conv_dir, runtime)
     files = data.get("files", {})
     names = list(files) if check_files is None else list(check_files)
     for name in names:
         rec = files.get(name)
         path = os.path.join(conv_dir, name)
         if rec is None:
-            raise _stale(f"{path} is not listed in {MANIFEST}", path)
+            raise _stale(f"{path} is not listed in {MANIFEST}", path, runtime)
         if not os.path.isfile(path):
-            raise _stale(f"{path} is missing", path)
+            raise _stale(f"{path} is missing", path, runtime)
         if os.path.getsize(path) != rec.get("size"):
             raise _stale(f"{path} has size {os.path.getsize(path)}, the manifest records "
-                         f"{rec.get('size')} (truncated or replaced)", path)
+                         f"{rec.get('size')} (truncated or replaced)", path, runtime)
         if quick_digest(path) != rec.get("digest"):
             raise _stale(f"{path} content does not match the manifest (corrupt or replaced)",
-                         path)
+                         path, runtime)
     if source_dir is not None:
         for name, rec in data.get("source", {}).items():
             path = os.path.join(source_dir, name)
@@ -149,23 +176,27 @@ def validate_converted_dir(conv_dir: str, source_dir: str | None = None,
             if st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns"):
                 continue
             if st.st_size != rec.get("size") or sha256_file(path) != rec.get("sha256"):
-                raise _stale(f"{path} changed since the IRs in {conv_dir} were converted "
-                             "(stale IRs)", path)
+                raise _stale(f"{path} changed since the files in {conv_dir} were converted "
+                             "(stale conversion)", path, runtime)
     return data
 
 
-def find_converted_dir(model_dir: str) -> tuple[str, str | None]:
-    """``(converted_dir, source_dir or None)`` for a converted dir or an official dir with an
-    ``openvino/`` subdir. Raises :class:`ConvertedModelError` when there is none."""
+def find_converted_dir(model_dir: str, runtime: str = "openvino") -> tuple[str, str | None]:
+    """``(converted_dir, source_dir or None)`` for a converted dir or an official dir with the
+    runtime's subdir (``openvino/``, ``onnx/``: :data:`RUNTIME_SUBDIRS`). Raises
+    :class:`ConvertedModelError` when there is none (the runtime of a dir given directly is
+    checked by :func:`read_manifest` / :func:`validate_converted_dir` with ``runtime``)."""
     model_dir = os.fspath(model_dir)
     if os.path.isfile(os.path.join(model_dir, MANIFEST)):
         parent = os.path.dirname(os.path.abspath(model_dir))
         has_src = os.path.isfile(os.path.join(parent, "llm.pt"))
         return model_dir, (parent if has_src else None)
-    sub = os.path.join(model_dir, DEFAULT_SUBDIR)
+    subdir = RUNTIME_SUBDIRS[runtime]
+    sub = os.path.join(model_dir, subdir)
     if os.path.isfile(os.path.join(sub, MANIFEST)):
         return sub, model_dir
     path = os.path.join(model_dir, MANIFEST)
+    what = "OpenVINO" if runtime == "openvino" else "ONNX"
     raise ConvertedModelError(
-        f"{model_dir} has no converted OpenVINO model ({MANIFEST} not found there or in "
-        f"{DEFAULT_SUBDIR}/); run `cosyvino convert --model-dir {model_dir}` first", path)
+        f"{model_dir} has no converted {what} model ({MANIFEST} not found there or in "
+        f"{subdir}/); run `{_CONVERT_HINT[runtime]} --model-dir {model_dir}` first", path)

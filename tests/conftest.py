@@ -8,14 +8,16 @@ import pathlib
 
 import pytest
 
-os.environ.setdefault("COSYVINO_PLUGINS", "torch,openvino")
+os.environ.setdefault("COSYVINO_PLUGINS", "torch,openvino,onnxruntime")
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-TINY_A = FIXTURES / "tiny-a"
+#: the official-code golden tiny model, shipped inside the package for the conformance suite
+#: (cosyvino.testing); one copy, used by the repo's tests too
+TINY_A = pathlib.Path(__file__).parent.parent / "cosyvino" / "testing" / "fixtures" / "tiny-a"
 
 
 def golden_dirs() -> list[pathlib.Path]:
-    """tests/fixtures/tiny-a plus every dir in COSYVINO_GOLDEN_DIRS (colon-separated)."""
+    """TINY_A plus every dir in COSYVINO_GOLDEN_DIRS (colon-separated)."""
     extra = [pathlib.Path(p) for p in os.environ.get("COSYVINO_GOLDEN_DIRS", "").split(":") if p]
     return [TINY_A, *extra]
 
@@ -31,7 +33,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def converted_dir(tmp_path_factory):
     """``converted_dir(src) -> str``: ``src`` converted to OpenVINO IR once per test session.
-    tests/fixtures/tiny-a goes through the ``cosyvino convert`` CLI (so the CLI is covered)."""
+    The tiny-a fixture goes through the ``cosyvino convert`` CLI (so the CLI is covered)."""
     pytest.importorskip("openvino")
     cache: dict[str, str] = {}
 
@@ -49,6 +51,35 @@ def converted_dir(tmp_path_factory):
                 assert "wrote" in res.output
             else:
                 from cosyvino.export.openvino import convert_model_dir
+                convert_model_dir(src, str(out))
+            cache[src] = str(out)
+        return cache[src]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def onnx_dir(tmp_path_factory):
+    """``onnx_dir(src) -> str``: ``src`` converted to ONNX once per test session.
+    The tiny-a fixture goes through ``cosyvino convert --format onnx`` (the CLI is covered)."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    cache: dict[str, str] = {}
+
+    def get(src) -> str:
+        src = str(src)
+        if src not in cache:
+            out = tmp_path_factory.mktemp("onnx") / pathlib.Path(src).name
+            if pathlib.Path(src) == TINY_A:
+                from click.testing import CliRunner
+
+                from cosyvino.cli import main
+                res = CliRunner().invoke(main, ["convert", "--format", "onnx", "--model-dir",
+                                                src, "--out", str(out)])
+                assert res.exit_code == 0, res.output
+                assert "wrote" in res.output
+            else:
+                from cosyvino.export.onnx import convert_model_dir
                 convert_model_dir(src, str(out))
             cache[src] = str(out)
         return cache[src]

@@ -55,3 +55,33 @@ def test_backend_specs():
         _parse_spec("openvino:f64")
     with pytest.raises(click.BadParameter):
         _parse_spec("torch:bf16")
+
+
+def test_onnxruntime_specs():
+    from cosyvino.cli_bench import _split_subdir
+
+    assert _parse_spec("onnxruntime") == ("onnxruntime", {})
+    assert _parse_spec("onnxruntime:iobinding") == ("onnxruntime", {"io_binding": True})
+    assert _split_subdir("onnxruntime@onnx-copy") == ("onnxruntime", "onnx-copy")
+    with pytest.raises(click.BadParameter):
+        _parse_spec("onnxruntime:bf16")
+    with pytest.raises(click.BadParameter):
+        _split_subdir("torch@x")
+
+
+def test_bench_without_convertible_model_reports_a_failed_row(tmp_path):
+    """No ONNX dir and the automatic `cosyvino convert --format onnx` fails (not a model dir):
+    a FAILED row naming the command, exit status 1, no traceback."""
+    from click.testing import CliRunner
+
+    from cosyvino.cli import main
+
+    res = CliRunner().invoke(main, ["bench", "--backends", "onnxruntime", "--model-dir",
+                                    str(tmp_path), "--json-out", str(tmp_path / "r.json")])
+    assert res.exit_code == 1, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert "onnxruntime: FAILED" in res.output
+    assert "cosyvino convert --format onnx" in res.output
+    import json
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["results"][0]["label"] == "onnxruntime" and "error" in data["results"][0]

@@ -2,7 +2,8 @@
 
 Goldens: ``tests/fixtures/frontend-a.json`` (official v1 frontend, upstream HEAD + wetext: texts,
 segments, token ids per segment, ``official_error`` where the official code crashed) and the
-``tokenizer`` list of ``tests/fixtures/tiny-a/golden.pt`` (needs torch only to be read).
+``tokenizer`` list of ``cosyvino/testing/fixtures/tiny-a/golden.pt`` (needs torch only to be
+read).
 
 Deliberate differences from the official behaviour are listed in docs/frontend.md; the golden
 entries they touch are in ``DELIBERATE`` below and their improved behaviour is tested explicitly.
@@ -33,6 +34,7 @@ from cosyvino.frontend import (
 )
 from cosyvino.frontend.normalize import spell_out_numbers
 from cosyvino.frontend.tokenizer import DEFAULT_VOCAB_PATH, LANGUAGES, VOCAB_SHA256
+from conftest import TINY_A
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN = json.loads((FIXTURES / "frontend-a.json").read_text(encoding="utf-8"))
@@ -111,7 +113,7 @@ def test_vocab_layout(tok):
 
 def test_tokenizer_golden_tiny_a(tok):
     torch = pytest.importorskip("torch")
-    golden = torch.load(FIXTURES / "tiny-a" / "golden.pt", weights_only=False)["tokenizer"]
+    golden = torch.load(TINY_A / "golden.pt", weights_only=False)["tokenizer"]
     assert len(golden) >= 10
     for text, ids in golden:
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)

@@ -263,3 +263,89 @@ def test_official_dir_with_openvino_subdir_is_used(tmp_path, converted_dir):
     tts = _load(src)
     assert tts.stages.converted_dir == str(src / "openvino")
     assert tts.speakers == Synthesizer(str(TINY_A), backend="torch").speakers
+
+
+# ---- resident memory (plugins/cosyvino_openvino/memory.py) ----------------------------------
+
+def _batched_matmul_model(weight: np.ndarray, target: list[int]):
+    """x [2, T, K] @ Broadcast(weight, target) -- the estimator's exported ``bmm`` linears."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([2, -1, target[-2]], np.float32, name="x")
+    w = ops.broadcast(ops.constant(weight), ops.constant(np.array(target, np.int64)))
+    return ov.Model([ops.matmul(x, w, False, False)], [x])
+
+
+def test_fold_weight_broadcasts_keeps_values_and_drops_the_broadcast():
+    import openvino as ov
+    from cosyvino_openvino.memory import fold_weight_broadcasts
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((1, 4, 3)).astype(np.float32)
+    x = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    model = _batched_matmul_model(w, [2, 4, 3])
+    assert fold_weight_broadcasts(model) == 1
+    types = {op.get_type_name() for op in model.get_ordered_ops()}
+    assert "Broadcast" not in types
+    assert list(model.output(0).get_partial_shape().get_min_shape()) == [2, 0, 3]
+    out = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})([x])[0]
+    assert _maxabs(out, x @ w) < 1e-5
+
+
+def test_fold_weight_broadcasts_leaves_matrix_broadcasts_alone():
+    from cosyvino_openvino.memory import fold_weight_broadcasts
+
+    w = np.ones((1, 1, 3), np.float32)  # broadcast along K too: not a batch-only broadcast
+    assert fold_weight_broadcasts(_batched_matmul_model(w, [2, 4, 3])) == 0
+
+
+def _mapping_rss_kb(path: str) -> int:
+    rss, inside = 0, False
+    with open("/proc/self/smaps", encoding="utf-8") as f:
+        for line in f:
+            first = line.split()[0]
+            if "-" in first and not first.endswith(":"):
+                inside = line.rstrip().endswith(path)
+            elif inside and first == "Rss:":
+                rss += int(line.split()[1])
+    return rss
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_release_weight_pages_drops_read_only_mappings_only(tmp_path):
+    import mmap
+
+    from cosyvino_openvino.memory import release_weight_pages
+
+    data = np.arange(4 << 20, dtype=np.uint8)  # 4 MiB, distinct bytes per position mod 256
+    path = tmp_path / "weights.bin"
+    data.tofile(path)
+    with open(path, "rb") as f:
+        ro = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    view = np.frombuffer(ro, np.uint8)
+    assert int(view.sum(dtype=np.int64)) == int(data.sum(dtype=np.int64))  # touch every page
+    assert _mapping_rss_kb(str(path)) >= 4096
+    assert release_weight_pages([str(tmp_path / "elsewhere")]) == 0
+    assert release_weight_pages([str(tmp_path)]) == 4 << 20
+    assert _mapping_rss_kb(str(path)) < 4096
+    np.testing.assert_array_equal(view, data)  # faulted back in unchanged
+    del view
+    ro.close()
+    with open(path, "r+b") as f:  # writable private mapping: never advised (could lose data)
+        rw = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    rw[0] = 255
+    assert release_weight_pages([str(tmp_path)]) == 0
+    assert rw[0] == 255
+    rw.close()
+
+
+def test_weight_pages_option_gives_the_same_audio(converted_dir):
+    kept = Synthesizer(converted_dir(TINY_A), backend="openvino", release_weight_pages=False,
+                       **F32)
+    released = Synthesizer(converted_dir(TINY_A), backend="openvino", **F32)
+    assert kept.stages._pages.dirs == ()
+    assert released.stages._pages.dirs == (converted_dir(TINY_A),)
+    a = kept.synthesize("你好，世界。", kept.speakers[0], seed=3, num_speech_tokens=12)
+    b = released.synthesize("你好，世界。", released.speakers[0], seed=3, num_speech_tokens=12)
+    np.testing.assert_array_equal(a.samples, b.samples)

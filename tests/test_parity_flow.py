@@ -1,8 +1,9 @@
 """Flow parity with the official implementation: estimator, length regulation, CFM mel.
 
-Golden dirs: ``tests/fixtures/tiny-a`` plus every dir in the env var ``COSYVINO_GOLDEN_DIRS``
-(colon-separated; each holds ``cosyvoice.yaml``, ``flow.pt`` and ``golden.pt`` with a ``flow``
-entry as described in shared/reference README). Tolerance (fp32, max abs): 1e-4.
+Golden dirs: ``cosyvino/testing/fixtures/tiny-a`` plus every dir in the env var
+``COSYVINO_GOLDEN_DIRS`` (colon-separated; each holds ``cosyvoice.yaml``, ``flow.pt`` and
+``golden.pt`` with a ``flow`` entry as described in shared/reference README).
+Tolerance (fp32, max abs): 1e-4.
 
 Also: :func:`cosyvino.length_regulation.interpolation_matrix` against ``F.interpolate``, the CFM
 time grid against upstream's torch expression, and export-friendliness (``torch.jit.trace`` /

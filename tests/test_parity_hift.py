@@ -1,8 +1,9 @@
 """HiFT vocoder parity with the official implementation, weight-norm folding, NSF source sanity.
 
-Golden dirs: ``tests/fixtures/tiny-a`` plus every dir in the env var ``COSYVINO_GOLDEN_DIRS``
-(colon-separated; each holds ``cosyvoice.yaml``, ``hift.pt`` and ``golden.pt`` with a ``hift``
-entry: ``mel`` [1,80,T], ``f0`` [1,T], ``source`` [1,1,256T], ``wav`` [1,256T]).
+Golden dirs: ``cosyvino/testing/fixtures/tiny-a`` plus every dir in the env var
+``COSYVINO_GOLDEN_DIRS`` (colon-separated; each holds ``cosyvoice.yaml``, ``hift.pt`` and
+``golden.pt`` with a ``hift`` entry: ``mel`` [1,80,T],
+``f0`` [1,T], ``source`` [1,1,256T], ``wav`` [1,256T]).
 Tolerances (fp32, max abs): f0 1e-4, waveform 1e-3 (HiFT amplifies rounding differences;
 shared/reference README).
 """

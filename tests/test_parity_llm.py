@@ -1,6 +1,6 @@
 """Parity of our LLM and flow encoder with the official implementation's golden tensors.
 
-Runs for ``tests/fixtures/tiny-a`` and for every directory in ``COSYVINO_GOLDEN_DIRS``
+Runs for ``cosyvino/testing/fixtures/tiny-a`` and for every directory in ``COSYVINO_GOLDEN_DIRS``
 (colon-separated, same layout: ``cosyvoice.yaml``, ``llm.pt``, ``flow.pt``, ``golden.pt``).
 Golden tensors must be reproduced to max abs 1e-4 (fp32). Also checks that the KV-cached LLM
 step is consistent with itself (prefill == token by token) and that it exports with dynamic
@@ -29,7 +29,7 @@ SELF_TOL = 1e-5
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-from conftest import golden_dirs as _golden_dirs  # noqa: E402
+from conftest import TINY_A, golden_dirs as _golden_dirs  # noqa: E402
 
 
 def _model_config(model_dir: Path):
@@ -165,7 +165,7 @@ def test_prefill_equals_incremental(loaded):
 @torch.no_grad()
 def test_llm_step_exports_with_dynamic_sizes():
     """torch.export of LLMStepStage with dynamic T and P; run the program at P = 0 and P > 0."""
-    loaded_lm = TransformerLM(_model_config(FIXTURES / "tiny-a").llm).eval()
+    loaded_lm = TransformerLM(_model_config(TINY_A).llm).eval()
     step = LLMStepStage(loaded_lm)
     enc = loaded_lm.llm
     layers, heads, dk, d = len(enc.encoders), enc.num_heads, enc.head_dim, enc.cfg.output_size

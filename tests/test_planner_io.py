@@ -191,7 +191,8 @@ def test_tune_measures_candidates(tiny_model_dir, monkeypatch):
         make_plan(p, model_dir=tiny_model_dir)
     cands = candidates(plan, p)
     assert 2 <= len(cands) <= 6 and cands[0]["label"] == "plan"
-    rec = tune(plan, p, tiny_model_dir, seconds=60, tokens=10)
+    # generous budget: tuning stops after the last candidate; the budget only bounds a slow host
+    rec = tune(plan, p, tiny_model_dir, seconds=300, tokens=10)
     measured = [c for c in rec["candidates"] if c.get("status") == "ok"]
     assert len(measured) >= 2
     assert all(c["wall_s"] > 0 and c["rtf"] > 0 and c["load_s"] >= 0 for c in measured)

@@ -236,7 +236,7 @@ def test_quantized_llm_dir_is_served(tmp_path):
     (model / "cosyvoice.yaml").write_text("")
     inv = model_inventory(str(model))
     assert inv["openvino"]["precisions"]["llm"] == "int8"
-    assert inv["openvino"]["int8_llm_dir"] == str(model / "openvino-int8-llm")
+    assert inv["openvino"]["quantized_dir"] == str(model / "openvino-int8-llm")
     plan = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino")
     assert plan.precision["llm_weights"] == "int8"
     assert plan.model_dir == str(model / "openvino-int8-llm")

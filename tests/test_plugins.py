@@ -93,3 +93,166 @@ def test_broken_plugins_are_reported_and_skipped(monkeypatch):
     assert "not a Backend subclass" in errors["malformed"]
     with pytest.raises(BackendError, match="exploding"):
         plugins.get_backend("exploding")
+
+
+def _plugin_module(name, *classes, raise_in_register=None):
+    module = types.ModuleType(name)
+
+    @cosyvino.hookimpl
+    def register_backends(register):
+        if raise_in_register:
+            raise raise_in_register
+        for cls in classes:
+            register(cls)
+
+    module.register_backends = register_backends
+    return module
+
+
+def test_register_hook_raising_and_nameless_backend_are_reported(monkeypatch):
+    class Nameless(Backend):
+        @classmethod
+        def load(cls, model_dir, **options):
+            raise NotImplementedError
+
+    _install_fake_eps(monkeypatch, [
+        _FakeEP("raising", lambda: _plugin_module("raising",
+                                                  raise_in_register=KeyError("oops"))),
+        _FakeEP("nameless", lambda: _plugin_module("nameless", Nameless))])
+    assert set(plugins.backend_classes()) == {"torch"}
+    errors = plugins.plugin_errors()
+    assert "register_backends raised KeyError" in errors["raising"]
+    assert "non-empty 'name'" in errors["nameless"]
+
+
+# ---- the planner and third-party backends ------------------------------------------------------
+def _backend(name, caps=None, *, raises=None):
+    from cosyvino.backends import Capabilities
+
+    class Fake(Backend):
+        description = f"fake {name}"
+
+        @classmethod
+        def capabilities(cls, model_dir, probe=None):
+            if raises:
+                raise raises
+            return caps if caps is not None else Capabilities(ready=True)
+
+        @classmethod
+        def load(cls, model_dir, **options):
+            raise NotImplementedError
+
+    Fake.name = name
+    return Fake
+
+
+def _plan_with(monkeypatch, tmp_path, backends, model=None, **kw):
+    import planner_trees as trees
+
+    from cosyvino.planner import installed_backends, make_plan
+    from cosyvino.planner.topology import probe_topology
+
+    _install_fake_eps(monkeypatch, [_FakeEP(b.name, lambda b=b: _plugin_module(b.name, b))
+                                    for b in backends])
+    p = probe_topology(str(trees.this_machine(tmp_path)))
+    p.backends = installed_backends()
+    p.model = model if model is not None else trees.model_without_irs()
+    return make_plan(p, **kw)
+
+
+def test_planner_picks_fastest_ready_plugin_and_keys_on_its_capabilities(monkeypatch, tmp_path):
+    from cosyvino.backends import Capabilities
+
+    fast = _backend("fast", Capabilities(ready=True, reason="fast files here", relative_speed=3.0,
+                                         streams=True, pinning=True, resident_bytes=2**30,
+                                         resident_basis="fast's own estimate",
+                                         options={"arena": False}))
+    slow = _backend("slow", Capabilities(ready=True, reason="slow files", relative_speed=2.0))
+    lazy = _backend("lazy", Capabilities(ready=False, reason="run `lazy-convert` first",
+                                         relative_speed=9.0))
+    plan = _plan_with(monkeypatch, tmp_path, [fast, slow, lazy], goal="throughput")
+    assert plan.backend == "fast"
+    reason = plan.decision("backend")["reason"]
+    assert reason.startswith("fast files here (fastest ready backend, ~3x torch)")
+    assert "lazy: not ready: run `lazy-convert` first" in reason
+    assert plan.decision("candidate:slow")["value"] == "ready"
+    assert plan.decision("candidate:torch")["value"] == "ready"
+    # streams, pinning and sessions follow the capabilities, not the backend's name
+    assert (plan.streams, plan.threads_per_stream) == (2, 1) and plan.max_sessions == 2
+    assert plan.pinning is True
+    assert plan.backend_options == {"arena": False, "num_threads": 2, "num_streams": 2,
+                                    "cpu_pinning": True}
+    assert "fast's own estimate" in plan.decision("memory")["reason"]
+    assert plan.memory["weights_bytes"] == 2**30
+
+
+def test_planner_ties_prefer_plugin_over_torch_and_override_works(monkeypatch, tmp_path):
+    from cosyvino.backends import Capabilities
+
+    same = _backend("same", Capabilities(ready=True, reason="same speed", relative_speed=1.0))
+    lazy = _backend("lazy", Capabilities(ready=False, reason="not converted"))
+    plan = _plan_with(monkeypatch, tmp_path, [same, lazy])
+    assert plan.backend == "same"                 # ties: torch last
+    assert plan.streams == 1 and plan.pinning is False
+    assert plan.backend_options == {"num_threads": 2}
+    plugins._reset_for_tests()
+    plan = _plan_with(monkeypatch, tmp_path, [same, lazy], backend="lazy")
+    assert plan.backend == "lazy" and "override" in plan.decision("backend")["reason"]
+    assert any("--backend lazy: not ready" in w and "not converted" in w for w in plan.warnings)
+
+
+def test_planner_skips_plugins_that_cannot_describe_themselves(monkeypatch, tmp_path):
+    raising = _backend("raising", raises=RuntimeError("no idea"))
+    wrong = _backend("wrong", caps={"ready": True, "relative_speed": 99})
+    plan = _plan_with(monkeypatch, tmp_path, [raising, wrong])
+    assert plan.backend == "torch"
+    assert any("'raising' skipped" in w and "RuntimeError: no idea" in w for w in plan.warnings)
+    assert any("'wrong' skipped" in w and "returned dict" in w for w in plan.warnings)
+    assert plan.decision("candidate:raising")["value"] == "skipped"
+
+
+def test_planner_names_plugins_that_failed_to_load(monkeypatch, tmp_path):
+    def boom():
+        raise ImportError("missing dependency xyz")
+
+    import planner_trees as trees
+
+    from cosyvino.planner import installed_backends, make_plan
+    from cosyvino.planner.topology import probe_topology
+
+    _install_fake_eps(monkeypatch, [_FakeEP("exploding", boom)])
+    p = probe_topology(str(trees.this_machine(tmp_path)))
+    p.backends, p.model = installed_backends(), trees.model_without_irs()
+    plan = make_plan(p)
+    assert plan.backend == "torch"
+    assert any("'exploding' failed to load" in w and "xyz" in w for w in plan.warnings)
+
+
+def test_builtin_capabilities_on_real_dirs(tmp_path):
+    """torch: ready with the .pt files; openvino: ready only once converted IRs exist."""
+    import shutil
+
+    from conftest import TINY_A
+
+    from cosyvino.planner.topology import probe_topology
+
+    probe = probe_topology()
+    torch_cls, ov_cls = plugins.get_backend("torch"), plugins.get_backend("openvino")
+    t = torch_cls.capabilities(str(TINY_A), probe)
+    assert t.ready and t.relative_speed == 1.0 and t.thread_safe and not t.streams
+    assert t.resident_bytes == sum((TINY_A / f).stat().st_size
+                                   for f in ("llm.pt", "flow.pt", "hift.pt"))
+    o = ov_cls.capabilities(str(TINY_A), probe)
+    assert not o.ready and "cosyvino convert" in o.reason
+    assert o.streams and o.pinning and o.thread_safe
+    model = tmp_path / "m"
+    shutil.copytree(TINY_A, model, ignore=shutil.ignore_patterns("golden*", "llm.pt"))
+    t = torch_cls.capabilities(str(model), probe)
+    assert not t.ready and "llm.pt" in t.reason
+    (model / "openvino").mkdir()
+    (model / "openvino" / "manifest.json").write_text('{"weights": "fp32"}')
+    (model / "openvino" / "llm.bin").write_bytes(b"\0" * 1000)
+    o = ov_cls.capabilities(str(model), probe)
+    assert o.ready and o.load_dir == str(model) and o.resident_bytes == 1800
+    assert o.relative_speed == (1.8 if probe.bf16 else 1.3)
+    assert ("bf16" in o.precisions) == probe.bf16

@@ -60,7 +60,7 @@ def test_llm_bin_smaller(quantized):
 
 
 def test_report_fields_finite(quantized):
-    rep = quantized[2]["accuracy"]
+    rep = quantized[2]["accuracy"]["llm"]
     for key in ("top1_agreement", "mean_kl", "max_kl"):
         assert math.isfinite(rep[key])
     assert 0.0 <= rep["top1_agreement"] <= 1.0

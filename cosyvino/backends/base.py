@@ -5,17 +5,30 @@ loop, the CFM ODE loop, length-regulation matrices, NSF random draws and the seg
 once in :mod:`cosyvino.pipeline`. All arrays are numpy, C-contiguous; float arrays are float32,
 token arrays int64; batch size is 1 unless stated. Shapes use D = LLM width (1024 for 300M),
 T = frames, N = tokens. Must not import torch.
+
+Input contract. Stages need not validate their inputs: :mod:`cosyvino.pipeline` builds every
+array in the documented shape and dtype, and the stage calls are the hot path. For inputs
+outside the contract a backend promises only this (``cosyvino.testing`` checks it):
+
+* wrong rank or a mismatched fixed dimension (e.g. width D+1, 81 mel bins): the call raises an
+  exception (any ``Exception``; :class:`cosyvino.errors.BackendError` preferred). It never
+  returns an array of another shape than documented, and never takes the process down.
+* wrong dtype (float64 instead of float32, int32 instead of int64): the call either raises or
+  computes as if the input had been converted; a result it returns has the documented dtype.
+* an :class:`LLMSession` whose ``forward`` raised is usable again after ``reset()``.
 """
 
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
 from ..config import ModelConfig
+from ..errors import ModelDirError
 
 
 class LLMSession(abc.ABC):
@@ -120,9 +133,13 @@ class Capabilities:
             fp32 on the same CPU and threads (> 1 = faster). Measured numbers belong here
             (docs/performance.md); 1.0 when unknown.
         resident_bytes: expected resident memory of one loaded model in bytes (None = unknown).
+        resident_basis: what ``resident_bytes`` is computed from (for the plan's reason).
         thread_safe: one loaded model serves concurrent requests (see :attr:`Stages.thread_safe`).
-        streams: the backend can run several inference streams in one process (NUM_STREAMS).
-        pinning: the backend can pin its threads to cores.
+        streams: the backend can run several inference streams in one process (NUM_STREAMS);
+            the planner then sizes streams and passes ``num_streams=N`` to :meth:`Backend.load`
+            (the OpenVINO backend also gets its own option names; see docs/plugins.md).
+        pinning: the backend can pin its threads to cores; the planner then decides pinning and
+            passes ``cpu_pinning=bool``.
         precisions: compute precisions the backend can run here (``fp32``, ``bf16``, ``int8``...).
         options: backend options (``load(**options)``) it recommends for this machine.
     """
@@ -132,6 +149,7 @@ class Capabilities:
     load_dir: str | None = None
     relative_speed: float = 1.0
     resident_bytes: int | None = None
+    resident_basis: str = ""
     thread_safe: bool = False
     streams: bool = False
     pinning: bool = False
@@ -160,8 +178,34 @@ class Backend(abc.ABC):
         (``probe``: :class:`cosyvino.planner.topology.Probe` or None). The planner calls this on
         every installed backend and picks among the ready ones. Must be cheap: no model
         loading, no heavy imports. Default: ready, speed of the torch reference.
+
+        ``probe.model`` (when it describes ``model_dir``) is the planner's inventory of the dir
+        (:func:`cosyvino.planner.inventory.model_inventory`); a backend may use it instead of
+        looking at the disk again. An exception raised here, or a return value that is not a
+        :class:`Capabilities`, makes the planner skip this backend with a warning naming it.
         """
         return Capabilities(ready=True, reason=f"{cls.name}: no capability description")
+
+    @classmethod
+    def prepare(cls, model_dir: str, out_dir: str | None = None, progress=None) -> str:
+        """Turn an official checkpoint dir (``cosyvoice.yaml``, ``llm.pt``, ``flow.pt``,
+        ``hift.pt``, ``spk2info.pt``) into what :meth:`load` serves, and return that dir.
+
+        Backends that load the checkpoint as it is keep this default (return ``model_dir``
+        unchanged). Converting backends write ``out_dir`` (their own default when None,
+        usually a subdirectory of ``model_dir``) atomically: on failure nothing half-written is
+        left there. ``progress`` is None or a callable taking one str (a step description).
+        Preparing may need torch (to read the ``.pt`` files) even when serving does not.
+
+        Raises:
+            cosyvino.errors.ModelDirError (and its ConfigError / CheckpointError subclasses):
+                ``model_dir`` is missing or not a readable model dir.
+            cosyvino.errors.BackendError: the backend cannot prepare here (e.g. its export
+                dependencies, or torch, are not installed).
+        """
+        if not os.path.isdir(model_dir):
+            raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
+        return model_dir
 
     @classmethod
     @abc.abstractmethod

@@ -59,7 +59,7 @@ def _config(*, te_in, llm_dim, te_heads, te_units, te_blocks, llm_heads, llm_uni
 
 
 def tiny() -> ModelConfig:
-    """The small shape of the official-code golden ``tiny-a`` (tests/fixtures/tiny-a)."""
+    """The small shape of the official-code golden ``tiny-a`` (cosyvino/testing/fixtures/tiny-a)."""
     return _config(te_in=32, llm_dim=64, te_heads=4, te_units=96, te_blocks=2, llm_heads=4,
                    llm_units=128, llm_blocks=2, flow_in=32, fe_out=48, fe_heads=4, fe_units=64,
                    fe_blocks=2, est_ch=(32, 32), est_head_dim=16, est_blocks=1, est_mid=2,

@@ -18,8 +18,10 @@ STAGES = ("llm", "flow", "estimator", "vocoder")
 
 #: directories (relative to the model dir) holding converted OpenVINO IRs, with a manifest;
 #: "." covers a converted dir passed as the model dir itself
-#: where converted IRs may live; ``openvino-int8-llm`` is what ``cosyvino quantize`` writes
-OPENVINO_DIRS = ("openvino", "openvino-int8-llm", "openvino-int8", ".")
+#: where converted IRs may live; ``openvino-<preset>`` is what ``cosyvino quantize`` writes. The
+#: first quantized dir in this order is the one served (full INT8 before LLM-only INT8 before
+#: INT4-LLM: measured end-to-end speed-ups over OpenVINO fp32 1.7x, 1.5x, 1.5x; docs/performance.md)
+OPENVINO_DIRS = ("openvino", "openvino-int8", "openvino-int8-llm", "openvino-int4-llm", ".")
 
 #: torch checkpoint files the torch backend loads
 TORCH_FILES = ("llm.pt", "flow.pt", "hift.pt")
@@ -81,7 +83,8 @@ def _norm_prec(p) -> str:
     p = str(p).lower()
     return {"float32": "fp32", "f32": "fp32", "float16": "fp16", "f16": "fp16",
             "bfloat16": "bf16", "u8": "int8", "i8": "int8", "int4": "int4",
-            "int8-weights": "int8", "int8_weights": "int8"}.get(p, p)
+            "int8-weights": "int8", "int8_weights": "int8", "int8-static": "int8",
+            "int4-weights": "int4"}.get(p, p)
 
 
 def _manifest_precisions(manifest) -> dict[str, str]:
@@ -132,18 +135,21 @@ def _dir_bytes(path: str, suffixes) -> int:
 def model_inventory(model_dir: str | None) -> dict:
     """What a model dir holds, without loading it.
 
-    Returns {dir, exists, torch_bytes, openvino: {present, dirs, bytes, precisions}} where
-    ``precisions`` maps stage -> weight precision of the IRs on disk ("fp32", "fp16", "int8").
+    Returns {dir, exists, torch_files, torch_bytes, openvino: {present, dirs, bytes,
+    precisions}} where ``exists`` says ``cosyvoice.yaml`` is there, ``torch_files`` lists the
+    :data:`TORCH_FILES` present and ``precisions`` maps stage -> weight precision of the IRs on
+    disk ("fp32", "fp16", "int8").
     """
-    info: dict = {"dir": model_dir or "", "exists": False, "torch_bytes": 0,
+    info: dict = {"dir": model_dir or "", "exists": False, "torch_files": [], "torch_bytes": 0,
                   "openvino": {"present": False, "dirs": [], "bytes": 0, "precisions": {}}}
     if not model_dir or not os.path.isdir(model_dir):
         return info
     info["exists"] = os.path.isfile(os.path.join(model_dir, "cosyvoice.yaml"))
     if os.path.isfile(os.path.join(model_dir, "manifest.json")):
         info["converted_dir"] = True
-    info["torch_bytes"] = sum(os.path.getsize(os.path.join(model_dir, f)) for f in TORCH_FILES
-                              if os.path.isfile(os.path.join(model_dir, f)))
+    info["torch_files"] = [f for f in TORCH_FILES if os.path.isfile(os.path.join(model_dir, f))]
+    info["torch_bytes"] = sum(os.path.getsize(os.path.join(model_dir, f))
+                              for f in info["torch_files"])
     ov = info["openvino"]
     for sub in OPENVINO_DIRS:
         d = os.path.join(model_dir, sub)
@@ -168,9 +174,53 @@ def model_inventory(model_dir: str | None) -> dict:
         for stage, p in precs.items():
             if p == "int8" or stage not in ov["precisions"]:
                 ov["precisions"][stage] = p
-        if precs.get("llm") == "int8" and "int8_llm_dir" not in ov:
-            # serve this dir: it holds every stage, with the INT8-weight LLM
-            ov["int8_llm_dir"] = os.path.abspath(d)
+        quantized = any(precs.get(st) in ("int8", "int4") for st in ("llm", "estimator"))
+        if quantized and sub not in ("openvino", ".") and "quantized_dir" not in ov:
+            # serve this dir: it holds every stage, some of them quantized (`cosyvino quantize`)
+            ov["quantized_dir"] = os.path.abspath(d)
         if sub in ("openvino", "."):
             ov["bytes"] = _dir_bytes(d, (".bin",))
     return info
+
+
+def inventory_for(model_dir: str | None, probe=None) -> dict:
+    """The inventory of ``model_dir``: ``probe.model`` when the probe already holds the one of
+    that dir (the planner's, or a test's stand-in), else :func:`model_inventory` of it. For
+    :meth:`cosyvino.backends.Backend.capabilities` implementations."""
+    model = getattr(probe, "model", None) or {}
+    if model and model.get("dir", "") == (model_dir or ""):
+        return model
+    return model_inventory(model_dir)
+
+
+def backend_capabilities(names, model_dir: str | None, probe=None
+                         ) -> tuple[dict, dict[str, str]]:
+    """Ask each registered backend in ``names`` for its capabilities on ``model_dir``.
+
+    Returns ({name: Capabilities}, {name: problem}): a backend that is not registered, whose
+    ``capabilities()`` raises, or which returns something else than a
+    :class:`cosyvino.backends.Capabilities`, is left out of the first and named in the second
+    (the planner reports it and goes on without it).
+    """
+    from ..backends.base import Capabilities
+    from ..plugins import backend_classes
+
+    classes = backend_classes()
+    caps: dict = {}
+    problems: dict[str, str] = {}
+    for name in names:
+        cls = classes.get(name)
+        if cls is None:
+            problems[name] = "not registered in this process"
+            continue
+        try:
+            c = cls.capabilities(model_dir, probe)
+        except Exception as e:  # a plugin's self-description must not break planning
+            problems[name] = f"capabilities() raised {type(e).__name__}: {e}"
+            continue
+        if not isinstance(c, Capabilities):
+            problems[name] = (f"capabilities() returned {type(c).__name__}, not "
+                              "cosyvino.backends.Capabilities")
+            continue
+        caps[name] = c
+    return caps, problems

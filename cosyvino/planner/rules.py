@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime
 import math
 
-from .inventory import STAGES, installed_backends, model_inventory
+from ..backends.base import Capabilities
+from .inventory import STAGES, backend_capabilities, installed_backends, model_inventory
 from .planfile import PLAN_VERSION, Plan, PlanError
 from .topology import Probe
 
@@ -25,10 +26,10 @@ RUNTIME_OVERHEAD_BYTES = 512 * 2**20
 #: working memory of one active session (KV cache up to ~2000 positions, estimator activations)
 #: as a fraction of the weights, at least 64 MiB
 SESSION_FRACTION = 0.15
-#: resident bytes per byte of IR weights once OpenVINO has compiled the models (measured on the
-#: synthetic 300M: 3.1 GB resident after load for 1.75 GB of .bin files — the CPU plugin keeps
-#: repacked weight copies next to the mapped originals)
-OPENVINO_RESIDENT_FACTOR = 1.8
+#: install commands of built-in backends, named in the plan when their plugin is missing
+INSTALL_HINTS = {"openvino": "pip install 'cosyvino[openvino]'"}
+#: what a backend is assumed to offer when it could not describe itself (override only)
+UNKNOWN_CAPABILITIES = Capabilities(ready=False, reason="capabilities unknown")
 #: load average per online CPU above which the host counts as shared (pinning off)
 BUSY_LOAD = 0.5
 #: keep this share of the memory budget free (page cache, allocator slack)
@@ -44,6 +45,9 @@ class _Log:
         self.decisions.append({"name": name, "value": _plain(value), "reason": reason})
         return value
 
+    def decision(self, name: str) -> dict | None:
+        return next((d for d in self.decisions if d["name"] == name), None)
+
 
 def _plain(v):
     if isinstance(v, dict):
@@ -55,10 +59,41 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-def _choose_backend(probe: Probe, want: str | None, log: _Log) -> str:
+def _candidates(probe: Probe, model_dir: str | None, log: _Log) -> dict[str, Capabilities]:
+    """Capabilities of every installed, available backend on ``model_dir``, one decision
+    ``candidate:NAME`` each; backends that cannot describe themselves become warnings."""
+    from ..plugins import plugin_errors
+
+    backends = probe.backends
+    usable = sorted(n for n, b in backends.items() if b.get("available"))
+    caps, problems = backend_capabilities(usable, model_dir, probe)
+    for name, err in sorted(plugin_errors().items()):
+        log.warnings.append(f"backend plugin {name!r} failed to load and was skipped: {err}")
+    for name in sorted(backends):
+        if name in problems:
+            log.warnings.append(f"backend plugin {name!r} skipped: {problems[name]}")
+            log.decide(f"candidate:{name}", "skipped", problems[name])
+        elif name not in caps:
+            log.decide(f"candidate:{name}", "unusable", backends[name].get("reason") or
+                       "is_available() said no")
+        elif caps[name].ready:
+            c = caps[name]
+            log.decide(f"candidate:{name}", "ready", f"{c.reason}, ~{c.relative_speed:g}x torch")
+        else:
+            log.decide(f"candidate:{name}", "not ready", caps[name].reason)
+    for name, hint in INSTALL_HINTS.items():
+        if name not in backends:
+            log.decide(f"candidate:{name}", "not installed", f"plugin not installed ({hint})")
+    return caps
+
+
+def _choose_backend(probe: Probe, want: str | None, caps: dict[str, Capabilities],
+                    log: _Log) -> tuple[str, Capabilities]:
+    """Override, else the ready candidate with the highest relative_speed (ties: torch last,
+    then by name), else torch (its checkpoint may appear before load: the default model is
+    created on first use), else the first usable backend."""
     backends = probe.backends
     usable = {n for n, b in backends.items() if b.get("available")}
-    ov_model = probe.model.get("openvino", {})
     model_dir = probe.model.get("dir") or "the model dir"
     if want:
         if want not in backends:
@@ -66,28 +101,37 @@ def _choose_backend(probe: Probe, want: str | None, log: _Log) -> str:
                             f"{', '.join(sorted(backends)) or 'none'}")
         if want not in usable:
             raise PlanError(f"backend {want!r} cannot run here: {backends[want].get('reason')}")
-        return log.decide("backend", want, "chosen by --backend (override)")
-    if "openvino" in usable and ov_model.get("present"):
-        return log.decide("backend", "openvino",
-                          f"OpenVINO plugin installed and converted IRs found in "
-                          f"{model_dir}/{'|'.join(ov_model.get('dirs', ['openvino']))} "
-                          "(fastest CPU backend)")
-    if "openvino" not in backends:
-        why = "OpenVINO plugin not installed (pip install 'cosyvino[openvino]')"
-    elif "openvino" not in usable:
-        why = f"OpenVINO plugin unusable: {backends['openvino'].get('reason')}"
-    else:
-        why = (f"no converted IRs at {model_dir}/openvino/manifest.json "
-               "(run `cosyvino convert` to enable OpenVINO)")
-    if "torch" in usable:
-        return log.decide("backend", "torch", f"{why}; using the PyTorch reference backend")
-    others = sorted(usable - {"openvino"})
-    if others:
-        return log.decide("backend", others[0], f"{why}; torch unavailable; first usable "
-                                                "installed backend")
-    details = "; ".join(f"{n}: {b.get('reason')}" for n, b in sorted(backends.items()))
-    raise PlanError(f"no usable backend: {why}; {details or 'no backend plugins installed'}. "
-                    "Install one: pip install 'cosyvino[torch]'")
+        chosen = caps.get(want, UNKNOWN_CAPABILITIES)
+        if not chosen.ready:
+            log.warnings.append(f"--backend {want}: not ready for {model_dir}: {chosen.reason}")
+        return log.decide("backend", want, "chosen by --backend (override)"), chosen
+
+    def summary(name: str) -> str:
+        d = log.decision(f"candidate:{name}")
+        return f"{name}: {d['value']}: {d['reason']}" if d else name
+
+    others = [d["name"].split(":", 1)[1] for d in log.decisions
+              if d["name"].startswith("candidate:")]
+    ready = sorted((n for n, c in caps.items() if c.ready),
+                   key=lambda n: (-caps[n].relative_speed, n == "torch", n))
+    if ready:
+        be = ready[0]
+        rest = "; ".join(summary(n) for n in others if n != be)
+        return log.decide("backend", be,
+                          f"{caps[be].reason} (fastest ready backend, ~"
+                          f"{caps[be].relative_speed:g}x torch)"
+                          + (f"; not chosen: {rest}" if rest else "")), caps[be]
+    why = "; ".join(summary(n) for n in others) or "no backend plugins installed"
+    if "torch" in caps:
+        return log.decide("backend", "torch",
+                          f"no backend is ready for {model_dir} ({why}); using the PyTorch "
+                          "reference backend, which loads the checkpoint once it is there"), \
+            caps["torch"]
+    if caps:
+        be = sorted(caps)[0]
+        return log.decide("backend", be, f"no backend is ready ({why}); torch unavailable; "
+                                         "first usable installed backend"), caps[be]
+    raise PlanError(f"no usable backend: {why}. Install one: pip install 'cosyvino[torch]'")
 
 
 def _thread_budget(probe: Probe, log: _Log) -> int:
@@ -115,8 +159,8 @@ def _cpus(cpus) -> str:
     return "{" + format_cpu_list(cpus) + "}"
 
 
-def _layout(probe: Probe, backend: str, goal: str, budget: int, threads: int | None,
-            streams: int | None, log: _Log) -> tuple[int, int]:
+def _layout(probe: Probe, backend: str, caps: Capabilities, goal: str, budget: int,
+            threads: int | None, streams: int | None, log: _Log) -> tuple[int, int]:
     """(streams, threads per stream) with streams x threads <= budget unless overridden."""
     if streams is not None:
         tps = max(1, (threads if threads is not None else budget) // streams)
@@ -134,10 +178,11 @@ def _layout(probe: Probe, backend: str, goal: str, budget: int, threads: int | N
         log.decide("threads_override", threads, "set by --threads (override): laid out below "
                                                 "as if it were the budget")
         budget = threads
-    if backend != "openvino":
+    if not caps.streams:
         tps = min(budget, MAX_THREADS_PER_STREAM)
         log.decide("streams", 1, f"{backend}: one process-wide thread pool and one synthesis "
-                                 "at a time per process (parallel streams need OpenVINO)")
+                                 "at a time per process (the backend has no parallel "
+                                 "inference streams)")
         log.decide("threads_per_stream", tps,
                    f"all of the {budget}-thread budget" + (
                        f", capped at {MAX_THREADS_PER_STREAM} (no scaling beyond)"
@@ -161,11 +206,11 @@ def _layout(probe: Probe, backend: str, goal: str, budget: int, threads: int | N
     return n_streams, tps
 
 
-def _pinning(probe: Probe, backend: str, shared_host: bool, override: bool | None,
-             log: _Log) -> bool:
+def _pinning(probe: Probe, backend: str, caps: Capabilities, shared_host: bool,
+             override: bool | None, log: _Log) -> bool:
     if override is not None:
         return log.decide("pinning", override, "set by --pinning/--no-pinning (override)")
-    if backend != "openvino":
+    if not caps.pinning:
         return log.decide("pinning", False, f"{backend} backend has no pinning control")
     if shared_host:
         return log.decide("pinning", False, "--shared-host: other workers share these cores; "
@@ -185,17 +230,19 @@ def _pinning(probe: Probe, backend: str, shared_host: bool, override: bool | Non
                                        "processes run on them")
 
 
-def _precision(probe: Probe, backend: str, tuned: dict | None, override: str | None,
-               log: _Log) -> dict:
-    """Per-stage precision. The OpenVINO backend takes one compute precision
-    (INFERENCE_PRECISION_HINT) for all stages; INT8 comes from quantized IRs on disk."""
-    if backend != "openvino":
+def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | None,
+               override: str | None, log: _Log) -> dict:
+    """Per-stage precision from the backend's ``precisions``. A backend with more than fp32
+    takes one compute precision for all stages (OpenVINO: INFERENCE_PRECISION_HINT); INT8
+    weights come from quantized files on disk (the inventory's section named after the
+    backend, e.g. ``openvino``)."""
+    if set(caps.precisions) <= {"fp32"}:
         if override and override != "fp32":
             log.warnings.append(f"--precision {override} ignored: the {backend} backend "
                                 "computes in fp32 only")
         log.decide("precision", "fp32", f"{backend} backend computes in fp32")
         return {s: "fp32" for s in STAGES}
-    on_disk = probe.model.get("openvino", {}).get("precisions", {})
+    on_disk = probe.model.get(backend, {}).get("precisions", {})
     prec: dict[str, str] = {}
     llm_w = on_disk.get("llm", "fp32")
     prec["llm_weights"] = llm_w
@@ -205,9 +252,9 @@ def _precision(probe: Probe, backend: str, tuned: dict | None, override: str | N
     unit = "AMX" if probe.amx_bf16 else "AVX512_BF16"
     if override:
         compute, why = override, "set by --precision (override)"
-    elif probe.bf16 and tuned and tuned.get("bf16_faster"):
+    elif "bf16" in caps.precisions and tuned and tuned.get("bf16_faster"):
         compute, why = "bf16", f"bf16-capable ({unit}) and measured faster by --tune"
-    elif probe.bf16:
+    elif "bf16" in caps.precisions:
         compute = "fp32"
         why = (f"CPU can do bf16 ({unit}) and OpenVINO would pick it by default, but it was "
                "not measured faster here: fp32 keeps reference parity; `cosyvino plan --tune` "
@@ -215,11 +262,11 @@ def _precision(probe: Probe, backend: str, tuned: dict | None, override: str | N
     else:
         compute, why = "fp32", "no AMX/AVX512_BF16: fp32 (bf16 would be emulated, slower)"
     log.decide("compute_precision", compute,
-               why + " (the OpenVINO backend applies one precision to every stage)")
+               why + f" (the {backend} backend applies one precision to every stage)")
     for s in STAGES:
         prec[s] = compute
     if on_disk.get("estimator") == "int8":
-        if probe.vnni or probe.amx:
+        if "int8" in caps.precisions:
             prec["estimator"] = "int8"
             log.decide("estimator_precision", "int8", "INT8 estimator IR on disk and the CPU "
                        "has " + ("AMX-INT8" if probe.amx else "VNNI") + " dot products")
@@ -232,13 +279,23 @@ def _precision(probe: Probe, backend: str, tuned: dict | None, override: str | N
 _OV_PREC = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
 
 
-def _backend_options(probe: Probe, backend: str, goal: str, streams: int, tps: int,
-                     pinning: bool, prec: dict) -> dict:
-    """Keyword arguments for ``Synthesizer(..., backend=backend, **options)``, in the backends'
-    own option names (see plugins/cosyvino_openvino/__init__.py)."""
+def _backend_options(probe: Probe, backend: str, caps: Capabilities, goal: str, streams: int,
+                     tps: int, pinning: bool, prec: dict) -> dict:
+    """Keyword arguments for ``Synthesizer(..., backend=backend, **options)``. OpenVINO gets
+    its own option names (plugins/cosyvino_openvino/__init__.py); any other backend gets
+    ``num_threads``, ``num_streams`` (when it has streams), ``cpu_pinning`` (when it can pin),
+    ``precision`` (when it has more than fp32) on top of the options it recommended."""
     total = streams * tps
-    if backend != "openvino":
-        return {"num_threads": total}
+    if backend != "openvino":  # the option names are the backend's own
+        opts = dict(caps.options)
+        opts["num_threads"] = total
+        if caps.streams:
+            opts["num_streams"] = streams
+        if caps.pinning:
+            opts["cpu_pinning"] = pinning
+        if not set(caps.precisions) <= {"fp32"}:
+            opts["precision"] = prec["llm"]
+        return opts
     compute = _OV_PREC[prec["llm"]]
     opts = {"num_threads": total, "num_streams": streams,
             "performance_hint": "LATENCY" if goal == "latency" else "THROUGHPUT",
@@ -255,12 +312,12 @@ def _backend_options(probe: Probe, backend: str, goal: str, streams: int, tps: i
     return opts
 
 
-def _memory(probe: Probe, backend: str, sessions: int, memory_limit: int | None,
-            log: _Log) -> tuple[int, dict]:
+def _memory(probe: Probe, backend: str, caps: Capabilities, sessions: int,
+            memory_limit: int | None, log: _Log) -> tuple[int, dict]:
     model = probe.model
-    if backend == "openvino" and model.get("openvino", {}).get("bytes"):
-        weights = int(model["openvino"]["bytes"] * OPENVINO_RESIDENT_FACTOR)
-        src = f"OpenVINO IR .bin files x {OPENVINO_RESIDENT_FACTOR} once compiled"
+    if caps.resident_bytes:
+        weights = int(caps.resident_bytes)
+        src = caps.resident_basis or f"{backend}'s estimate"
     elif model.get("torch_bytes"):
         weights, src = model["torch_bytes"], "llm.pt + flow.pt + hift.pt"
     else:
@@ -330,22 +387,23 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
         probe.backends = installed_backends()
     log = _Log()
     log.warnings.extend(probe.warnings)
-    be = _choose_backend(probe, backend, log)
+    caps = _candidates(probe, probe.model.get("dir", model_dir), log)
+    be, cap = _choose_backend(probe, backend, caps, log)
     budget = _thread_budget(probe, log)
-    n_streams, tps = _layout(probe, be, goal, budget, threads, streams, log)
-    pin = _pinning(probe, be, shared_host, pinning, log)
-    prec = _precision(probe, be, tuned, precision, log)
+    n_streams, tps = _layout(probe, be, cap, goal, budget, threads, streams, log)
+    pin = _pinning(probe, be, cap, shared_host, pinning, log)
+    prec = _precision(probe, be, cap, tuned, precision, log)
 
     if sessions is not None:
         max_sessions = log.decide("max_sessions", sessions, "set by --sessions (override)")
-    elif be == "openvino":
+    elif cap.streams:
         max_sessions = log.decide("max_sessions", n_streams,
-                                  "one concurrent synthesis per OpenVINO stream (more would "
+                                  f"one concurrent synthesis per {be} stream (more would "
                                   "time-share the same cores and raise everyone's latency)")
     else:
         max_sessions = log.decide("max_sessions", 1, f"{be}: syntheses in one process run one "
                                                      "at a time")
-    max_sessions, mem = _memory(probe, be, max_sessions, memory_limit, log)
+    max_sessions, mem = _memory(probe, be, cap, max_sessions, memory_limit, log)
     if queue is not None:
         queue_size = log.decide("queue_size", queue, "set by --queue (override)")
     else:
@@ -362,15 +420,14 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
         log.warnings.append("hybrid CPU but no P-cores in the affinity set: running on E-cores")
 
     serve_dir = probe.model.get("dir", model_dir or "")
-    int8_dir = probe.model.get("openvino", {}).get("int8_llm_dir")
-    if be == "openvino" and int8_dir and prec.get("llm_weights") == "int8":
-        serve_dir = log.decide("model_dir", int8_dir, "converted dir with INT8 LLM weights "
-                               "(`cosyvino quantize`); the fp32 IRs stay next to it")
+    if cap.load_dir and cap.load_dir != serve_dir:
+        serve_dir = log.decide("model_dir", cap.load_dir, f"{be} serves {cap.load_dir}: "
+                                                          f"{cap.reason}")
 
     from .. import __version__
     plan = Plan(
         backend=be, goal=goal, model_dir=serve_dir,
-        backend_options=_backend_options(probe, be, goal, n_streams, tps, pin, prec),
+        backend_options=_backend_options(probe, be, cap, goal, n_streams, tps, pin, prec),
         streams=n_streams, threads_per_stream=tps, pinning=pin,
         max_sessions=max_sessions, queue_size=queue_size, precision=prec, memory=mem,
         decisions=log.decisions, warnings=log.warnings, probe=probe.to_dict(),

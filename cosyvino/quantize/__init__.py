@@ -1,14 +1,44 @@
 """Post-training quantization of converted OpenVINO dirs (``cosyvino quantize``; export side).
 
 Imports openvino and nncf; never torch itself (but ``import nncf`` imports torch when it is
-installed, for its backend detection; serving the output needs neither nncf nor torch). First slice: preset ``int8-llm-only`` = NNCF
-weight-only INT8 (``nncf.compress_weights``, its default asymmetric per-channel INT8 mode) of the
-stateful LLM IR; every other file is copied unchanged. The output is itself a converted dir
-(same layout, own manifest: the LLM files recorded with precision ``int8-weights``, the source
-manifest's sha256 under ``quantization``), so the OpenVINO backend loads it as is.
+installed, for its backend detection; serving the output needs neither nncf nor torch).
+
+* :mod:`.capture`: run the fp32 pipeline over calibration texts, record real stage inputs;
+* :mod:`.weights`: weight-only INT8 / INT4 (``nncf.compress_weights``) of the LLM and text
+  encoder;
+* :mod:`.static`: static INT8 (``nncf.quantize``, transformer model type, SmoothQuant, ignored
+  scope) of the flow encoder, estimator and, on request, HiFT;
+* :mod:`.accuracy` / :mod:`.metrics`: quantized vs fp32 on held-out texts (LLM teacher-forced
+  top-1 and KL; mel L1, log-spectral distance, waveform SNR per stage and end to end);
+* :mod:`.model_dir`: presets, the atomic output dir with its own manifest, the guards.
+
+The output is itself a converted dir (same layout; manifest records each IR's precision and the
+source manifest's sha256 under ``quantization``), so the OpenVINO backend loads it as is.
 """
 
-from .accuracy import llm_teacher_forced_report
-from .weights import PRESETS, QuantizeGuardError, quantize_model_dir
+from .accuracy import audio_report, llm_teacher_forced_report
+from .capture import Capture, CaptureLimits, capture_calibration
+from .model_dir import (
+    DEFAULT_SUBDIR,
+    PRESETS,
+    Guards,
+    QuantizeGuardError,
+    quantize_model_dir,
+)
+from .static import StaticSettings
+from .weights import WeightSettings
 
-__all__ = ["PRESETS", "QuantizeGuardError", "llm_teacher_forced_report", "quantize_model_dir"]
+__all__ = [
+    "DEFAULT_SUBDIR",
+    "PRESETS",
+    "Capture",
+    "CaptureLimits",
+    "Guards",
+    "QuantizeGuardError",
+    "StaticSettings",
+    "WeightSettings",
+    "audio_report",
+    "capture_calibration",
+    "llm_teacher_forced_report",
+    "quantize_model_dir",
+]

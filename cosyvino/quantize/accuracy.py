@@ -10,7 +10,6 @@ so the quantized model is scored along the path the reference model takes.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 
 import numpy as np
@@ -27,44 +26,48 @@ def _kl(ref: np.ndarray, test: np.ndarray) -> float:
     return float(np.sum(p[mask] * (r[mask] - t[mask])))
 
 
-def llm_teacher_forced_report(ref_dir: str, test_llm_xml: str, texts: Iterable,
-                              tokens_per_text: int = 20, num_threads: int | None = None
-                              ) -> dict:
-    """Compare the LLM of converted dir ``ref_dir`` with the LLM IR ``test_llm_xml``.
+def llm_teacher_forced_report(ref_stages, test_stages, texts: Iterable,
+                              tokens_per_text: int = 20) -> dict:
+    """Compare the LLM path (text encoder + LLM) of ``test_stages`` with ``ref_stages``.
 
-    ``texts``: :class:`cosyvino.calibration.CalibrationText` items (``id``, ``language``,
-    ``speaker``, ``text``); the first frontend segment of each is used, with the text's speaker
-    when the model has it (else the model's first speaker). Returns a JSON-able dict with
-    ``per_text`` rows and ``top1_agreement`` / ``mean_kl`` / ``max_kl`` over all positions.
+    Both are loaded openvino :class:`~cosyvino.backends.Stages` (f32 compute and KV cache, see
+    :data:`F32_OPTIONS`). ``texts``: :class:`cosyvino.calibration.CalibrationText` items
+    (``id``, ``language``, ``speaker``, ``text``); the first frontend segment of each is used,
+    with the text's speaker when the model has it (else the model's first speaker). Each model
+    builds its own prefix (its own text encoder), then both are fed the fp32 model's greedy
+    tokens. Returns a JSON-able dict with ``per_text`` rows and ``top1_agreement`` /
+    ``mean_kl`` / ``max_kl`` (nats) over all positions.
     """
-    import openvino as ov
-    from cosyvino_openvino.stages import OpenVINOLLMSession, compile_properties
+    from ..frontend import TextFrontend
+    from ..pipeline import Pipeline
 
-    from ..synthesizer import Synthesizer
-
-    tts = Synthesizer(ref_dir, backend="openvino", num_threads=num_threads, **F32_OPTIONS)
-    props, llm_props = compile_properties(num_threads=num_threads, **F32_OPTIONS)
-    test_compiled = ov.Core().compile_model(os.fspath(test_llm_xml), "CPU",
-                                            dict(props, **llm_props))
+    frontend = TextFrontend()
+    ref_pipe, test_pipe = Pipeline(ref_stages), Pipeline(test_stages)
+    first_speaker = next(iter(ref_stages.speakers))
     rows = []
     all_agree, all_kl = [], []
     for item in texts:
-        speaker = item.speaker if item.speaker in tts.stages.speakers else tts.speakers[0]
-        seg = tts.frontend.segments(item.text)[0]
+        speaker = item.speaker if item.speaker in ref_stages.speakers else first_speaker
+        emb = ref_stages.speakers[speaker]
+        seg = frontend.segments(item.text)[0]
         text_token = np.asarray(seg.token_ids, np.int64)[None, :]
-        lm_input = tts.pipeline.build_lm_input(text_token, tts.stages.speakers[speaker])
-        ref = tts.stages.new_llm_session()
-        test = OpenVINOLLMSession(test_compiled)
+        ref, test = ref_stages.new_llm_session(), test_stages.new_llm_session()
         ref.reset()
         test.reset()
-        x = lm_input
+        xr = ref_pipe.build_lm_input(text_token, emb)
+        xt = test_pipe.build_lm_input(text_token, emb)
         agree, kls = [], []
-        for _ in range(tokens_per_text + 1):
-            lr, lt = ref.forward(x), test.forward(x)
-            agree.append(int(np.argmax(lr)) == int(np.argmax(lt)))
-            kls.append(_kl(lr, lt))
-            token = int(np.argmax(lr[:-1]))  # last entry is EOS: never forced
-            x = tts.stages.embed_speech_tokens(np.array([[token]], np.int64))
+        try:
+            for _ in range(tokens_per_text + 1):
+                lr, lt = ref.forward(xr), test.forward(xt)
+                agree.append(int(np.argmax(lr)) == int(np.argmax(lt)))
+                kls.append(_kl(lr, lt))
+                token = int(np.argmax(lr[:-1]))  # last entry is EOS: never forced
+                xr = ref_stages.embed_speech_tokens(np.array([[token]], np.int64))
+                xt = test_stages.embed_speech_tokens(np.array([[token]], np.int64))
+        finally:
+            ref.close()
+            test.close()
         rows.append({"id": item.id, "language": item.language, "speaker": speaker,
                      "positions": len(kls), "top1_agreement": float(np.mean(agree)),
                      "mean_kl": float(np.mean(kls)), "max_kl": float(np.max(kls))})
@@ -88,5 +91,129 @@ def format_table(report: dict) -> str:
                       f"{r['max_kl']:.2e}") for r in report["per_text"]]
     rows.append(("all", "", str(report["positions"]), f"{report['top1_agreement']:.3f}",
                  f"{report['mean_kl']:.2e}", f"{report['max_kl']:.2e}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
+
+
+# ---- audio stages: mel and waveform distances ------------------------------------------------
+
+#: swap group -> the Stages methods taken from the quantized model
+SWAP_GROUPS = {
+    "flow_encoder": ("flow_encode",),
+    "length_regulator": ("length_regulate",),
+    "estimator": ("estimate",),
+    "vocoder": ("vocoder_f0", "vocoder_source", "vocoder_decode"),
+}
+#: IR stage -> swap group (stages not listed only affect the LLM path)
+STAGE_GROUP = {"flow_encoder": "flow_encoder", "length_regulator": "length_regulator",
+               "estimator": "estimator", "hift_f0": "vocoder", "hift_source": "vocoder",
+               "hift_decode": "vocoder"}
+_MEL_GROUPS = ("flow_encoder", "length_regulator", "estimator")
+
+
+class SwappedStages:
+    """The fp32 ``ref`` stages with the calls of ``groups`` (keys of :data:`SWAP_GROUPS`) taken
+    from ``test``: isolates one quantized stage's effect. Duck-typed Stages (attributes
+    delegate to ``ref``)."""
+
+    def __init__(self, ref, test, groups):
+        self._ref = ref
+        self._calls = {m: getattr(test, m) for g in groups for m in SWAP_GROUPS[g]}
+
+    def __getattr__(self, name):
+        calls = self.__dict__.get("_calls", {})
+        if name in calls:
+            return calls[name]
+        return getattr(self.__dict__["_ref"], name)
+
+
+def audio_report(ref_stages, test_stages, texts: Iterable, changed_stages: Iterable[str],
+                 seed: int = 0, speech_tokens: int | None = None) -> dict:
+    """Mel and waveform distances of the quantized audio stages against fp32.
+
+    For every text (first frontend segment, the text's speaker or the model's first): the fp32
+    model samples speech tokens (seeded), then the fp32 flow + vocoder and each variant run on
+    those same tokens with the same flow noise and NSF draws. Variants: each changed swap group
+    alone (``estimator``, ``flow_encoder``, ``vocoder`` ...: the other stages fp32) and
+    ``end_to_end`` (every changed audio stage). Mel variants are scored with
+    :func:`~.metrics.mel_l1` and :func:`~.metrics.log_spectral_distance` (dB); every variant
+    with :func:`~.metrics.snr_db` (dB). A vocoder-only swap vocodes the fp32 mel, so its mel
+    metrics are absent. ``speech_tokens`` forces that many tokens per text (None: until EOS).
+
+    Returns a JSON-able dict: ``scopes`` {variant: {mean/max mel_l1, mean/max lsd_db,
+    mean/min snr_db}} and ``per_text`` rows. ``changed_stages``: IR stage names (keys of
+    :data:`STAGE_GROUP`; others ignored). Raises InputError when no audio stage changed.
+    """
+    from ..errors import InputError
+    from ..frontend import TextFrontend
+    from ..pipeline import Pipeline
+    from .metrics import log_spectral_distance, mel_l1, snr_db
+
+    texts = list(texts)
+    groups = [g for g in SWAP_GROUPS if g in {STAGE_GROUP.get(s) for s in changed_stages}]
+    if not groups:
+        raise InputError("no audio stage was quantized: nothing for the audio report to compare")
+    variants = {g: [g] for g in groups}
+    if len(groups) > 1:
+        variants["end_to_end"] = groups
+    frontend = TextFrontend()
+    ref_pipe = Pipeline(ref_stages)
+    pipes = {v: Pipeline(SwappedStages(ref_stages, test_stages, gs))
+             for v, gs in variants.items()}
+    first_speaker = next(iter(ref_stages.speakers))
+    seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=(len(texts), 3))
+    rows = []
+    for i, item in enumerate(texts):
+        speaker = item.speaker if item.speaker in ref_stages.speakers else first_speaker
+        emb = ref_stages.speakers[speaker]
+        seg = frontend.segments(item.text)[0]
+        s_llm, s_flow, s_voc = (int(x) for x in seeds[i])
+        tokens = ref_pipe.generate_speech_tokens(np.asarray(seg.token_ids, np.int64)[None, :],
+                                                 emb, np.random.default_rng(s_llm),
+                                                 num_tokens=speech_tokens)
+        ref_mel = ref_pipe.tokens_to_mel(tokens, emb, np.random.default_rng(s_flow))
+        ref_wav = ref_pipe.mel_to_wav(ref_mel, np.random.default_rng(s_voc))
+        row = {"id": item.id, "language": item.language, "speaker": speaker,
+               "speech_tokens": int(tokens.size), "mel_frames": int(ref_mel.shape[-1])}
+        for v, gs in variants.items():
+            pipe = pipes[v]
+            if any(g in _MEL_GROUPS for g in gs):
+                mel = pipe.tokens_to_mel(tokens, emb, np.random.default_rng(s_flow))
+                res = {"mel_l1": mel_l1(ref_mel, mel),
+                       "lsd_db": log_spectral_distance(ref_mel, mel)}
+            else:
+                mel, res = ref_mel, {}
+            res["snr_db"] = snr_db(ref_wav, pipe.mel_to_wav(mel, np.random.default_rng(s_voc)))
+            row[v] = res
+        rows.append(row)
+    scopes = {}
+    for v in variants:
+        vals = [r[v] for r in rows]
+        sc = {"mean_snr_db": float(np.mean([x["snr_db"] for x in vals])),
+              "min_snr_db": float(np.min([x["snr_db"] for x in vals]))}
+        if "mel_l1" in vals[0]:
+            sc.update({"mean_mel_l1": float(np.mean([x["mel_l1"] for x in vals])),
+                       "max_mel_l1": float(np.max([x["mel_l1"] for x in vals])),
+                       "mean_lsd_db": float(np.mean([x["lsd_db"] for x in vals])),
+                       "max_lsd_db": float(np.max([x["lsd_db"] for x in vals]))})
+        scopes[v] = sc
+    overall = "end_to_end" if "end_to_end" in scopes else groups[0]
+    return {"method": "fp32 sampled tokens (seeded); same flow noise and NSF draws; "
+                      "f32 compute", "texts": len(rows), "seed": seed,
+            "overall": overall, "scopes": scopes, "per_text": rows}
+
+
+def audio_is_finite(report: dict) -> bool:
+    return all(math.isfinite(v) for sc in report["scopes"].values() for v in sc.values())
+
+
+def format_audio_table(report: dict) -> str:
+    head = ("variant", "mel L1", "max mel L1", "LSD dB", "max LSD dB", "SNR dB", "min SNR dB")
+    rows = [head]
+    cols = (("mean_mel_l1", "{:.4f}"), ("max_mel_l1", "{:.4f}"), ("mean_lsd_db", "{:.3f}"),
+            ("max_lsd_db", "{:.3f}"), ("mean_snr_db", "{:.2f}"), ("min_snr_db", "{:.2f}"))
+    for v, sc in report["scopes"].items():
+        name = v + (" (overall)" if v == report["overall"] else "")
+        rows.append((name, *(fmt.format(sc[k]) if k in sc else "-" for k, fmt in cols)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)

@@ -1,157 +1,111 @@
-"""``quantize_model_dir``: fp32 converted dir -> quantized converted dir (atomic)."""
+"""Weight-only compression of an IR with ``nncf.compress_weights`` (INT8 / INT4).
+
+INT8 (``INT8_ASYM``): per-output-channel int8 weights with a zero point, data-free.
+INT4 (``INT4_ASYM`` / ``INT4_SYM``): group-wise int4 weights (``group_size`` input channels share
+a scale), ``ratio`` of the ratio-defining layers in int4 and the rest in the INT8 backup mode;
+NNCF keeps the first (embedding-like) and last layers in INT8. With a dataset (captured LLM
+inputs, see :mod:`.capture`) AWQ and scale estimation tune scales on real activations.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import nncf
 import openvino as ov
-
-from .. import __version__
-from ..converted import (
-    FORMAT,
-    MANIFEST,
-    STAGES,
-    file_record,
-    find_converted_dir,
-    sha256_file,
-    validate_converted_dir,
-    write_manifest,
+from nncf.quantization.advanced_parameters import (
+    AdvancedCompressionParameters,
+    GroupSizeFallbackMode,
 )
+
 from ..errors import InputError
-from .accuracy import format_table, llm_teacher_forced_report, report_is_finite
-from ..fileutil import replace_dir
 
-Progress = Callable[[str], None]
+log = logging.getLogger("cosyvino.quantize")
 
-#: preset -> {stage: (nncf mode name, manifest precision)}; stages not listed are copied
-PRESETS = {
-    "int8-llm-only": {"llm": ("INT8_ASYM", "int8-weights")},
-}
-DEFAULT_SUBDIR = {"int8-llm-only": "openvino-int8-llm"}
+INT4_MODES = ("INT4_ASYM", "INT4_SYM")
 
 
-class QuantizeGuardError(RuntimeError):
-    """An accuracy guard (``max_kl``) was exceeded; nothing was written."""
+@dataclass(frozen=True)
+class WeightSettings:
+    """mode: an ``nncf.CompressWeightsMode`` name (``INT8_ASYM``, ``INT4_ASYM``, ``INT4_SYM``).
+    group_size / ratio: INT4 only (group of input channels per scale; share of layers in
+    int4). awq / scale_estimation: INT4 data-aware steps, used when a dataset is given."""
 
-    def __init__(self, message: str, report: dict):
-        super().__init__(message)
-        self.report = report
+    mode: str = "INT8_ASYM"
+    group_size: int = 128
+    ratio: float = 1.0
+    awq: bool = True
+    scale_estimation: bool = True
+
+    def __post_init__(self):
+        if not hasattr(nncf.CompressWeightsMode, self.mode):
+            raise InputError(f"unknown weight compression mode {self.mode!r}")
+        if self.mode in INT4_MODES:
+            if self.group_size not in (32, 64, 128, 256):
+                raise InputError(f"INT4 group_size must be 32, 64, 128 or 256, got "
+                                 f"{self.group_size!r}")
+            if not 0.0 < self.ratio <= 1.0:
+                raise InputError(f"INT4 ratio must be in (0, 1], got {self.ratio!r}")
+
+    @property
+    def is_int4(self) -> bool:
+        return self.mode in INT4_MODES
+
+    @property
+    def precision(self) -> str:
+        """Manifest precision label of the compressed IR."""
+        return "int4-weights" if self.is_int4 else "int8-weights"
+
+    def describe(self) -> dict:
+        d = {"mode": self.mode}
+        if self.is_int4:
+            d.update(group_size=self.group_size, ratio=self.ratio)
+        return d
 
 
-def _compress(xml: str, mode: str) -> ov.Model:
-    model = ov.Core().read_model(xml)
+def _quiet():
     # NNCF logs its bitwidth table to stdout at INFO, which would corrupt `--json` output
-    # (and its progress bar too: sent to stderr)
     nncf.set_log_level(logging.WARNING)
-    with contextlib.redirect_stdout(sys.stderr):
-        return nncf.compress_weights(model, mode=getattr(nncf.CompressWeightsMode, mode))
+    return contextlib.redirect_stdout(sys.stderr)
 
 
-def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
-                       preset: str = "int8-llm-only", eval_texts: Sequence | None = None,
-                       eval_tokens: int = 20, max_kl: float | None = None,
-                       num_threads: int | None = None, progress: Progress | None = None,
-                       overwrite: bool = True) -> tuple[str, dict]:
-    """Quantize the converted dir found at ``model_dir`` (a converted dir, or a model dir with
-    ``openvino/``) into ``out_dir`` (default: next to the fp32 IRs, ``openvino-int8-llm``).
+def compress_ir(xml: str, settings: WeightSettings, dataset: list | None = None
+                ) -> tuple[ov.Model, dict]:
+    """Compress the weights of IR ``xml``. ``dataset``: captured inputs (dicts by input name;
+    LLM items carry NNCF's reset-state flag) for INT4 AWQ / scale estimation; ignored for INT8.
 
-    With ``eval_texts`` the LLM is scored against fp32 (:func:`llm_teacher_forced_report`)
-    before the output appears; ``max_kl`` (mean KL over all positions) makes an exceeded or
-    non-finite result raise :class:`QuantizeGuardError` with nothing written.
-    Returns ``(out_dir, summary)``.
+    Returns ``(model, info)``; ``info["data_aware"]`` says whether the dataset was used, and
+    ``info["data_free_reason"]`` why not. A data-aware failure falls back to data-free
+    compression (logged, recorded in ``info``) instead of failing the command.
     """
-    if preset not in PRESETS:
-        raise InputError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    say = progress or (lambda msg: None)
-    src_dir, source_dir = find_converted_dir(os.fspath(model_dir))
-    src_dir = os.path.abspath(src_dir)
-    say(f"validating {src_dir}")
-    src = validate_converted_dir(src_dir, source_dir)
-    weights = src.get("weights")
-    if weights != "fp32":
-        raise InputError(f"{src_dir} holds {weights!r} IRs; quantize an fp32 conversion "
-                         "(`cosyvino convert --weights fp32`)")
-    if src.get("quantization"):
-        raise InputError(f"{src_dir} is already quantized")
-    out_dir = os.path.abspath(out_dir or os.path.join(os.path.dirname(src_dir),
-                                                      DEFAULT_SUBDIR[preset]))
-    if out_dir == src_dir:
-        raise InputError("the output dir must differ from the fp32 converted dir")
-    if os.path.exists(out_dir) and not overwrite:
-        raise FileExistsError(out_dir)
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    start = time.perf_counter()
-    plan = PRESETS[preset]
-    try:
-        files = {}
-        stage_stats = {}
-        for stage, (mode, precision) in plan.items():
-            stem = STAGES[stage]
-            say(f"compressing {stage} weights ({mode})")
-            t = time.perf_counter()
-            model = _compress(os.path.join(src_dir, stem + ".xml"), mode)
-            model.set_rt_info(precision, ["cosyvino", "weights"])
-            # keep the uncompressed constants (norms, biases) fp32 like the source IR
-            ov.save_model(model, os.path.join(tmp, stem + ".xml"), compress_to_fp16=False)
-            del model
-            for ext in (".xml", ".bin"):
-                files[stem + ext] = file_record(os.path.join(tmp, stem + ext), stage=stage,
-                                                precision=precision)
-            stage_stats[stage] = {
-                "mode": mode, "seconds": time.perf_counter() - t,
-                "fp32_bin_bytes": src["files"][stem + ".bin"]["size"],
-                "bin_bytes": files[stem + ".bin"]["size"]}
-            stage_stats[stage]["size_ratio"] = (stage_stats[stage]["bin_bytes"]
-                                                / stage_stats[stage]["fp32_bin_bytes"])
-            say(f"{stage}: {stage_stats[stage]['fp32_bin_bytes'] / 1e6:.1f} MB -> "
-                f"{stage_stats[stage]['bin_bytes'] / 1e6:.1f} MB "
-                f"({stage_stats[stage]['seconds']:.1f} s)")
-        for name, rec in src["files"].items():
-            if name in files:
-                continue
-            shutil.copyfile(os.path.join(src_dir, name), os.path.join(tmp, name))
-            files[name] = dict(rec)
-        quant = {"preset": preset, "nncf_version": nncf.__version__,
-                 "source_converted_dir": src_dir,
-                 "source_manifest_sha256": sha256_file(os.path.join(src_dir, MANIFEST)),
-                 "stages": stage_stats}
-        report = None
-        if eval_texts:
-            say(f"accuracy: {len(eval_texts)} texts x {eval_tokens} forced tokens")
-            report = llm_teacher_forced_report(src_dir, os.path.join(tmp, STAGES["llm"] + ".xml"),
-                                               eval_texts, eval_tokens, num_threads)
-            say("accuracy (LLM, quantized vs fp32):\n" + format_table(report))
-            quant["accuracy"] = {k: v for k, v in report.items() if k != "per_text"}
-            if max_kl is not None and (not report_is_finite(report)
-                                       or report["mean_kl"] > max_kl):
-                raise QuantizeGuardError(
-                    f"LLM mean KL {report['mean_kl']:.3g} exceeds --max-kl {max_kl:g}; "
-                    "nothing written", report)
-        elif max_kl is not None:
-            raise InputError("max_kl needs eval_texts")
-        write_manifest(tmp, {k: v for k, v in src.items() if k != "checksum"} | {
-            "format": FORMAT,
-            "cosyvino_version": __version__,
-            "openvino_version": ov.get_version(),
-            "files": files,
-            "quantization": quant,
-        })
-        validate_converted_dir(tmp)
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    total = time.perf_counter() - start
-    say(f"done in {total:.1f} s: {out_dir}")
-    return out_dir, {"out": out_dir, "preset": preset, "seconds": total, "stages": stage_stats,
-                     "accuracy": report}
+    mode = getattr(nncf.CompressWeightsMode, settings.mode)
+    info = settings.describe()
+    if not settings.is_int4:
+        with _quiet():
+            model = nncf.compress_weights(ov.Core().read_model(xml), mode=mode)
+        return model, info | {"data_aware": False, "data_free_reason": "INT8 is data-free"}
+    kwargs = {"mode": mode, "group_size": settings.group_size, "ratio": settings.ratio,
+              # small attention constants (d_k wide) cannot take the group size
+              "advanced_parameters": AdvancedCompressionParameters(
+                  group_size_fallback_mode=GroupSizeFallbackMode.ADJUST)}
+    if dataset and (settings.awq or settings.scale_estimation):
+        try:
+            with _quiet():
+                model = nncf.compress_weights(
+                    ov.Core().read_model(xml), dataset=nncf.Dataset(dataset),
+                    subset_size=len(dataset), awq=settings.awq,
+                    scale_estimation=settings.scale_estimation, **kwargs)
+            return model, info | {"data_aware": True, "awq": settings.awq,
+                                  "scale_estimation": settings.scale_estimation,
+                                  "dataset_items": len(dataset)}
+        except Exception as e:  # noqa: BLE001  NNCF raises many types; data-free still works
+            reason = f"data-aware compression failed ({type(e).__name__}: {e})"
+            log.warning("%s; falling back to data-free INT4", reason.splitlines()[0])
+    else:
+        reason = "no calibration dataset" if not dataset else "awq and scale estimation off"
+    with _quiet():
+        model = nncf.compress_weights(ov.Core().read_model(xml), **kwargs)
+    return model, info | {"data_aware": False, "data_free_reason": reason.splitlines()[0]}

@@ -20,13 +20,15 @@ from cosyvino.converted import STAGES, find_converted_dir, validate_converted_di
 from cosyvino.errors import BackendError, ConvertedModelError
 from cosyvino.models.yaml_config import read_model_config
 
+from .memory import fold_weight_broadcasts, release_weight_pages
+
 log = logging.getLogger("cosyvino.openvino")
 
 _PRECISIONS = {"f32", "bf16", "f16"}
 _KV_PRECISIONS = {"f32", "f16", "bf16", "u8"}
 #: backend options accepted by :class:`OpenVINOStages` (see the package docstring)
 _OPTIONS = {"num_threads", "precision", "kv_cache_precision", "performance_hint", "num_streams",
-            "cpu_pinning", "cache_dir", "properties"}
+            "cpu_pinning", "cache_dir", "properties", "release_weight_pages"}
 #: properties read back after compiling and reported in ``compile_info``
 _REPORTED = ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "PERFORMANCE_HINT",
              "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING",
@@ -75,12 +77,47 @@ def compile_properties(*, num_threads=None, precision="f32", kv_cache_precision=
     return props, llm_props
 
 
+class _PageReleaser:
+    """Drops the resident pages of the mapped weight files (:func:`release_weight_pages`) after
+    loading and again once each watched stage has run its first few inferences: the CPU plugin
+    repacks some weights lazily at the first inference, reading the mapped originals again."""
+
+    def __init__(self, dirs):
+        self.dirs = tuple(d for d in dirs if d)
+        self._pending: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def watch(self, key: str, calls: int) -> None:
+        """Release once more after ``key`` has run ``calls`` inferences."""
+        if self.dirs:
+            self._pending[key] = calls
+
+    def release(self) -> int:
+        return release_weight_pages(self.dirs) if self.dirs else 0
+
+    def after_call(self, key: str) -> None:
+        if key not in self._pending:  # the common case: nothing left to do, no lock
+            return
+        with self._lock:
+            left = self._pending.get(key)
+            if left is None:
+                return
+            if left > 1:
+                self._pending[key] = left - 1
+                return
+            del self._pending[key]
+        self.release()
+
+
 class _Runner:
     """One compiled stage and a pool of InferRequests: concurrent calls each take their own
     request (created on demand), so stage calls are thread-safe."""
 
-    def __init__(self, compiled: ov.CompiledModel):
+    def __init__(self, compiled: ov.CompiledModel, name: str = "",
+                 pages: _PageReleaser | None = None):
         self.compiled = compiled
+        self.name = name
+        self._pages = pages
         self._n_out = len(compiled.outputs)
         self._free = [compiled.create_infer_request()]
         self._lock = threading.Lock()
@@ -94,14 +131,17 @@ class _Runner:
         finally:
             with self._lock:
                 self._free.append(req)
+            if self._pages is not None:
+                self._pages.after_call(self.name)
 
 
 class OpenVINOLLMSession(LLMSession):
     """KV cache in the state of this session's own InferRequest."""
 
-    def __init__(self, compiled: ov.CompiledModel):
+    def __init__(self, compiled: ov.CompiledModel, pages: _PageReleaser | None = None):
         self._req = compiled.create_infer_request()
         self._beam = np.zeros(1, dtype=np.int32)
+        self._pages = pages
 
     def reset(self) -> None:
         self._req.reset_state()
@@ -109,6 +149,8 @@ class OpenVINOLLMSession(LLMSession):
     def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
         self._req.infer({"inputs_embeds": np.ascontiguousarray(inputs_embeds, np.float32),
                          "beam_idx": self._beam}, share_inputs=True)
+        if self._pages is not None:
+            self._pages.after_call("llm")
         return self._req.get_tensor("logp").data[0].copy()
 
     def cache_length(self) -> int:
@@ -123,9 +165,9 @@ class OpenVINOStages(Stages):
     thread_safe = True
 
     def __init__(self, model_dir: str, **options):
-        conv_dir, source_dir = find_converted_dir(model_dir)
+        conv_dir, source_dir = find_converted_dir(model_dir, runtime="openvino")
         self.converted_dir = conv_dir
-        self.manifest = validate_converted_dir(conv_dir, source_dir)
+        self.manifest = validate_converted_dir(conv_dir, source_dir, runtime="openvino")
         self.config = read_model_config(os.path.join(conv_dir, "cosyvoice.yaml"))
         self.speakers = self._read_speakers(conv_dir)
         tables = np.load(os.path.join(conv_dir, "llm_tables.npz"))
@@ -140,22 +182,38 @@ class OpenVINOStages(Stages):
         if unknown:
             raise BackendError(f"openvino backend: unknown options {unknown}; known: "
                                f"{sorted(_OPTIONS)}")
+        release = bool(options.pop("release_weight_pages", True))
         props, llm_props = compile_properties(**options)
         self.core = ov.Core()
         self.compile_info: dict[str, dict] = {}
+        self._pages = _PageReleaser((conv_dir, props.get("CACHE_DIR")) if release else ())
         compiled = {}
         for stage, stem in STAGES.items():
             cfg = dict(props, **llm_props) if stage == "llm" else dict(props)
-            path = os.path.join(conv_dir, stem + ".xml")
-            try:
-                compiled[stage] = self.core.compile_model(path, "CPU", cfg)
-            except Exception as e:  # openvino raises RuntimeError with a long message
-                raise BackendError(f"OpenVINO failed to compile {path}: {e}") from e
+            compiled[stage] = self._compile(os.path.join(conv_dir, stem + ".xml"), cfg)
             self.compile_info[stage] = self._read_back(compiled[stage])
+            # after each stage, so the load peak holds one stage's mapped pages, not all
+            self._pages.release()
+            # the plugin repacks some weights lazily at the first inference (for the LLM:
+            # the first prefill and the first single-token step)
+            self._pages.watch(stage, 2 if stage == "llm" else 1)
         log.info("openvino %s: compiled %s; CPU chose %s", ov.get_version(), conv_dir,
                  self.compile_info["llm"])
         self._llm = compiled["llm"]
-        self._runners = {k: _Runner(v) for k, v in compiled.items() if k != "llm"}
+        self._runners = {k: _Runner(v, k, self._pages) for k, v in compiled.items()
+                         if k != "llm"}
+
+    def _compile(self, path: str, cfg: dict) -> ov.CompiledModel:
+        """Compile one IR; IRs with broadcast weights (:func:`fold_weight_broadcasts`) are
+        rewritten first, the others compile from the path (its blob-cache key)."""
+        try:
+            model = self.core.read_model(path)
+            folded = fold_weight_broadcasts(model)
+            if folded:
+                log.debug("%s: %d MatMul weights no longer broadcast", path, folded)
+            return self.core.compile_model(model if folded else path, "CPU", cfg)
+        except Exception as e:  # openvino raises RuntimeError with a long message
+            raise BackendError(f"OpenVINO failed to compile {path}: {e}") from e
 
     @staticmethod
     def _read_back(compiled: ov.CompiledModel) -> dict:
@@ -196,7 +254,7 @@ class OpenVINOStages(Stages):
         return self._sos, self._task
 
     def new_llm_session(self):
-        return OpenVINOLLMSession(self._llm)
+        return OpenVINOLLMSession(self._llm, self._pages)
 
     # ---- flow ------------------------------------------------------------------------------
     def flow_encode(self, tokens, embedding):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 
 import cosyvino
-from cosyvino.backends.base import Backend, Stages
+from cosyvino.backends.base import Backend, Capabilities, Stages
 from cosyvino.errors import BackendError
 
 
@@ -25,6 +25,28 @@ class TorchBackend(Backend):
         if importlib.util.find_spec("torch") is None:
             return False, "torch is not installed (pip install 'cosyvino[torch]')"
         return True, ""
+
+    @classmethod
+    def capabilities(cls, model_dir: str | None, probe=None) -> Capabilities:
+        """Ready when ``model_dir`` holds ``cosyvoice.yaml`` and the three ``.pt`` files; the
+        speed reference (1.0); resident memory ~ the ``.pt`` sizes (fp32 weights, mmap'ed)."""
+        from cosyvino.planner.inventory import TORCH_FILES, inventory_for
+
+        inv = inventory_for(model_dir, probe)
+        present = inv.get("torch_files")
+        if present is None:  # an inventory from before torch_files was recorded
+            present = list(TORCH_FILES) if inv.get("torch_bytes") else []
+        missing = [f for f in TORCH_FILES if f not in present]
+        if not inv.get("exists"):
+            missing.insert(0, "cosyvoice.yaml")
+        where = model_dir or "the model dir"
+        common = dict(relative_speed=1.0, thread_safe=True, precisions=("fp32",),
+                      resident_bytes=inv.get("torch_bytes") or None,
+                      resident_basis="llm.pt + flow.pt + hift.pt")
+        if missing:
+            return Capabilities(ready=False, reason=f"no {', '.join(missing)} in {where} (an "
+                                "official CosyVoice-300M checkpoint dir)", **common)
+        return Capabilities(ready=True, reason=f"PyTorch checkpoint in {where}", **common)
 
     @classmethod
     def load(cls, model_dir: str, *, num_threads: int | None = None, **options) -> Stages:

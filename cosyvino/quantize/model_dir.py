@@ -1,0 +1,315 @@
+"""``quantize_model_dir``: fp32 converted dir -> quantized converted dir (atomic), with an
+accuracy report against fp32 and ``max_*`` guards checked before anything appears."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import nncf
+import openvino as ov
+
+from .. import __version__
+from ..converted import (
+    FORMAT,
+    MANIFEST,
+    STAGES,
+    file_record,
+    find_converted_dir,
+    sha256_file,
+    validate_converted_dir,
+    write_manifest,
+)
+from ..errors import InputError
+from ..fileutil import replace_dir
+from .accuracy import (
+    F32_OPTIONS,
+    STAGE_GROUP,
+    audio_is_finite,
+    audio_report,
+    format_audio_table,
+    format_table,
+    llm_teacher_forced_report,
+    report_is_finite,
+)
+from .capture import CaptureLimits, capture_calibration
+from .static import StaticSettings, quantize_static
+from .weights import WeightSettings, compress_ir
+
+log = logging.getLogger("cosyvino.quantize")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """weights: stage -> weight-only mode; static: stages quantized with ``nncf.quantize``."""
+
+    weights: dict = field(default_factory=dict)
+    static: tuple = ()
+    description: str = ""
+
+
+PRESETS = {
+    "int8-llm-only": Recipe({"llm": "INT8_ASYM"}, (),
+                            "LLM INT8 weight-only; every other IR copied"),
+    "int8": Recipe({"llm": "INT8_ASYM", "text_encoder": "INT8_ASYM"},
+                   ("flow_encoder", "estimator"),
+                   "LLM + text encoder INT8 weight-only, flow encoder + estimator static INT8; "
+                   "HiFT fp32 (--hift int8 for static INT8)"),
+    "int4-llm": Recipe({"llm": "INT4"}, (),
+                       "LLM INT4 weight-only (AWQ + scale estimation on captured inputs); "
+                       "rest fp32"),
+}
+DEFAULT_SUBDIR = {"int8-llm-only": "openvino-int8-llm", "int8": "openvino-int8",
+                  "int4-llm": "openvino-int4-llm"}
+HIFT_STAGES = ("hift_f0", "hift_decode")
+
+
+@dataclass(frozen=True)
+class Guards:
+    """Accuracy thresholds; None = not checked. max_kl: LLM mean KL (nats). max_mel_l1 /
+    max_lsd (dB) / min_snr (dB): means over the evaluation texts of the report's overall audio
+    variant (end to end when several audio stages changed)."""
+
+    max_kl: float | None = None
+    max_mel_l1: float | None = None
+    max_lsd: float | None = None
+    min_snr: float | None = None
+
+    def __post_init__(self):
+        for name in ("max_kl", "max_mel_l1", "max_lsd", "min_snr"):
+            v = getattr(self, name)
+            if v is not None and not math.isfinite(v):
+                raise InputError(f"{name} must be a finite number, got {v!r}")
+
+    @property
+    def audio(self) -> bool:
+        return any(v is not None for v in (self.max_mel_l1, self.max_lsd, self.min_snr))
+
+
+class QuantizeGuardError(RuntimeError):
+    """An accuracy guard was exceeded (or a metric was not finite); nothing was written.
+    ``report`` holds the accuracy report."""
+
+    def __init__(self, message: str, report: dict):
+        super().__init__(message)
+        self.report = report
+
+
+def _check_guards(guards: Guards, llm: dict | None, audio: dict | None) -> list[str]:
+    failures = []
+    if guards.max_kl is not None and llm is not None and (
+            not report_is_finite(llm) or llm["mean_kl"] > guards.max_kl):
+        failures.append(f"LLM mean KL {llm['mean_kl']:.3g} exceeds --max-kl {guards.max_kl:g}")
+    if guards.audio and audio is not None:
+        sc = audio["scopes"][audio["overall"]]
+        finite = audio_is_finite(audio)
+        where = f"({audio['overall']})"
+        if guards.max_mel_l1 is not None and (not finite or sc["mean_mel_l1"]
+                                              > guards.max_mel_l1):
+            failures.append(f"mel L1 {sc['mean_mel_l1']:.4g} {where} exceeds --max-mel-l1 "
+                            f"{guards.max_mel_l1:g}")
+        if guards.max_lsd is not None and (not finite or sc["mean_lsd_db"] > guards.max_lsd):
+            failures.append(f"LSD {sc['mean_lsd_db']:.4g} dB {where} exceeds --max-lsd "
+                            f"{guards.max_lsd:g}")
+        if guards.min_snr is not None and (not finite or sc["mean_snr_db"] < guards.min_snr):
+            failures.append(f"SNR {sc['mean_snr_db']:.4g} dB {where} is below --min-snr "
+                            f"{guards.min_snr:g}")
+    return failures
+
+
+def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
+                       preset: str = "int8-llm-only", hift: str = "fp32",
+                       calib_texts: Sequence | None = None,
+                       eval_texts: Sequence | None = None, eval_tokens: int = 20,
+                       guards: Guards | None = None, limits: CaptureLimits | None = None,
+                       static: StaticSettings | None = None, int4: WeightSettings | None = None,
+                       seed: int = 0, speech_tokens: int | None = None,
+                       num_threads: int | None = None,
+                       progress: Progress | None = None, show_progress: bool = True,
+                       overwrite: bool = True) -> tuple[str, dict]:
+    """Quantize the converted dir found at ``model_dir`` (a converted dir, or a model dir with
+    ``openvino/``) into ``out_dir`` (default: next to the fp32 IRs, ``DEFAULT_SUBDIR[preset]``).
+
+    Args:
+        preset: a key of :data:`PRESETS`. hift: ``fp32`` or ``int8`` (static INT8 of HiFT's
+            f0 predictor and decoder, needs captured vocoder inputs).
+        calib_texts: calibration-split texts for the capture (needed by static stages and
+            INT4 data-aware compression; INT4 without them is data-free).
+        eval_texts: held-out texts for the accuracy report (LLM teacher-forced top-1 / KL with
+            ``eval_tokens`` forced tokens per text when the LLM path changed; mel L1 / LSD /
+            SNR when an audio stage changed). None skips the report.
+        guards: thresholds; exceeded -> :class:`QuantizeGuardError`, nothing written.
+        limits / static / int4: capture bounds, static INT8 settings, INT4 settings (None:
+            the defaults of :class:`CaptureLimits`, :class:`StaticSettings`, INT4_ASYM).
+        seed: capture and report seed.
+        speech_tokens: force this many speech tokens per segment in the capture and the audio
+            report (bounds their time; None = until EOS).
+
+    Returns ``(out_dir, summary)``. Raises :class:`InputError` for bad arguments or a source
+    that is not an fp32 conversion, :class:`ConvertedModelError` for a bad source dir.
+    """
+    from ..plugins import get_backend
+
+    guards = guards or Guards()
+    limits = limits or CaptureLimits()
+    static = static or StaticSettings()
+    int4 = int4 or WeightSettings("INT4_ASYM")
+    if preset not in PRESETS:
+        raise InputError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    if hift not in ("fp32", "int8"):
+        raise InputError(f"hift must be 'fp32' or 'int8', got {hift!r}")
+    say = progress or (lambda msg: None)
+    recipe = PRESETS[preset]
+    if not int4.is_int4:
+        raise InputError(f"int4 settings need an INT4 mode, got {int4.mode!r}")
+    # "INT4" in a recipe = the caller's INT4 settings (mode, group size, ratio)
+    weight_plan = {s: (int4 if m == "INT4" else WeightSettings(m))
+                   for s, m in recipe.weights.items()}
+    static_stages = list(recipe.static) + (list(HIFT_STAGES) if hift == "int8" else [])
+    audio_changed = [s for s in static_stages if s in STAGE_GROUP]
+    llm_changed = any(s in weight_plan for s in ("llm", "text_encoder"))
+    if (guards.max_kl is not None and not llm_changed) or (guards.audio and not audio_changed):
+        raise InputError(f"preset {preset!r} (hift {hift}) leaves the guarded stages "
+                         "unchanged: drop the guard")
+    if (guards.max_kl is not None or guards.audio) and not eval_texts:
+        raise InputError("accuracy guards need evaluation texts")
+    if static_stages and not calib_texts:
+        raise InputError(f"preset {preset!r} needs calibration texts (static INT8 of "
+                         f"{', '.join(static_stages)})")
+    src_dir, source_dir = find_converted_dir(os.fspath(model_dir))
+    src_dir = os.path.abspath(src_dir)
+    say(f"validating {src_dir}")
+    src = validate_converted_dir(src_dir, source_dir)
+    if src.get("weights") != "fp32":
+        raise InputError(f"{src_dir} holds {src.get('weights')!r} IRs; quantize an fp32 "
+                         "conversion (`cosyvino convert --weights fp32`)")
+    if src.get("quantization"):
+        raise InputError(f"{src_dir} is already quantized")
+    out_dir = os.path.abspath(out_dir or os.path.join(os.path.dirname(src_dir),
+                                                      DEFAULT_SUBDIR[preset]))
+    if out_dir == src_dir:
+        raise InputError("the output dir must differ from the fp32 converted dir")
+    if os.path.exists(out_dir) and not overwrite:
+        raise FileExistsError(out_dir)
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
+    start = time.perf_counter()
+    backend = get_backend("openvino")
+    ref_stages = None
+    try:
+        need_capture = bool(static_stages) or (
+            "llm" in weight_plan and weight_plan["llm"].is_int4 and bool(calib_texts))
+        capture = None
+        if need_capture:
+            ref_stages = backend.load(src_dir, num_threads=num_threads, **F32_OPTIONS)
+            say(f"capturing stage inputs: {len(calib_texts)} calibration texts, seed {seed}")
+            if not static_stages:  # INT4 LLM only: the LLM inputs are all it needs
+                limits = replace(limits, estimator=0, flow_encoder=0, vocoder=0)
+            capture = capture_calibration(src_dir, calib_texts, seed=seed, limits=limits,
+                                          stages=ref_stages, show_progress=show_progress,
+                                          speech_tokens=speech_tokens)
+            cs = capture.summary()
+            say(f"captured {cs['estimator']} estimator calls (Euler steps "
+                f"{cs['estimator_steps']}), {cs['flow_encoder']} flow-encoder calls, "
+                f"{cs['llm_sequences']} LLM utterances ({cs['llm_items']} items), "
+                f"{cs['vocoder']} vocoder segments; {cs['bytes'] / 1e6:.0f} MB")
+        files, stage_stats = {}, {}
+
+        def record(stage: str, model: ov.Model, precision: str, info: dict, t0: float):
+            stem = STAGES[stage]
+            model.set_rt_info(precision, ["cosyvino", "weights"])
+            # keep uncompressed constants (norms, biases) fp32 like the source IR
+            ov.save_model(model, os.path.join(tmp, stem + ".xml"), compress_to_fp16=False)
+            for ext in (".xml", ".bin"):
+                files[stem + ext] = file_record(os.path.join(tmp, stem + ext), stage=stage,
+                                                precision=precision)
+            fp32 = src["files"][stem + ".bin"]["size"]
+            size = files[stem + ".bin"]["size"]
+            stage_stats[stage] = info | {"precision": precision,
+                                         "seconds": time.perf_counter() - t0,
+                                         "fp32_bin_bytes": fp32, "bin_bytes": size,
+                                         "size_ratio": size / fp32}
+            say(f"{stage}: {fp32 / 1e6:.1f} MB -> {size / 1e6:.1f} MB "
+                f"({stage_stats[stage]['seconds']:.1f} s)")
+
+        for stage, ws in weight_plan.items():
+            say(f"compressing {stage} weights ({ws.mode})")
+            t0 = time.perf_counter()
+            data = capture.llm if (capture and stage == "llm") else None
+            model, info = compress_ir(os.path.join(src_dir, STAGES[stage] + ".xml"), ws, data)
+            if ws.is_int4 and not info["data_aware"]:
+                say(f"{stage}: data-free INT4 ({info['data_free_reason']})")
+            record(stage, model, ws.precision, info, t0)
+            del model
+        for stage in static_stages:
+            say(f"static INT8 of {stage} ({static.describe()})")
+            t0 = time.perf_counter()
+            samples = {"estimator": capture.estimator, "flow_encoder": capture.flow_encoder,
+                       "hift_decode": capture.vocoder,
+                       "hift_f0": [{"mel": d["mel"]} for d in capture.vocoder]}[stage]
+            model = quantize_static(os.path.join(src_dir, STAGES[stage] + ".xml"), stage,
+                                    samples, static)
+            record(stage, model, "int8-static", dict(static.describe(),
+                                                     samples=len(samples)), t0)
+            del model
+        del capture
+        for name, rec in src["files"].items():
+            if name not in files:
+                shutil.copyfile(os.path.join(src_dir, name), os.path.join(tmp, name))
+                files[name] = dict(rec)
+        quant = {"preset": preset, "hift": hift, "nncf_version": nncf.__version__,
+                 "source_converted_dir": src_dir,
+                 "source_manifest_sha256": sha256_file(os.path.join(src_dir, MANIFEST)),
+                 "seed": seed, "speech_tokens": speech_tokens, "stages": stage_stats}
+        if need_capture:
+            quant["capture"] = {"texts": len(calib_texts), "limits": limits.__dict__}
+        manifest = {k: v for k, v in src.items() if k != "checksum"} | {
+            "format": FORMAT, "cosyvino_version": __version__,
+            "openvino_version": ov.get_version(), "files": files, "quantization": quant}
+        write_manifest(tmp, manifest)
+        validate_converted_dir(tmp)
+        accuracy = None
+        if eval_texts:
+            accuracy = {}
+            if ref_stages is None:
+                ref_stages = backend.load(src_dir, num_threads=num_threads, **F32_OPTIONS)
+            test_stages = backend.load(tmp, num_threads=num_threads, **F32_OPTIONS)
+            if llm_changed:
+                say(f"accuracy (LLM): {len(eval_texts)} texts x {eval_tokens} forced tokens")
+                accuracy["llm"] = llm_teacher_forced_report(ref_stages, test_stages,
+                                                            eval_texts, eval_tokens)
+                say("LLM, quantized vs fp32:\n" + format_table(accuracy["llm"]))
+            if audio_changed:
+                say(f"accuracy (audio): {len(eval_texts)} texts")
+                accuracy["audio"] = audio_report(ref_stages, test_stages, eval_texts,
+                                                 audio_changed, seed, speech_tokens)
+                say("audio, quantized vs fp32:\n" + format_audio_table(accuracy["audio"]))
+            del test_stages
+            failures = _check_guards(guards, accuracy.get("llm"), accuracy.get("audio"))
+            if failures:
+                raise QuantizeGuardError("; ".join(failures) + "; nothing written", accuracy)
+            quant["accuracy"] = {k: {kk: vv for kk, vv in v.items() if kk != "per_text"}
+                                 for k, v in accuracy.items()}
+            write_manifest(tmp, manifest)  # now with the accuracy summary
+            validate_converted_dir(tmp)
+        replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        del ref_stages
+    total = time.perf_counter() - start
+    say(f"done in {total:.1f} s: {out_dir}")
+    fp32_total = sum(r["size"] for r in src["files"].values())
+    out_total = sum(r["size"] for r in files.values())
+    return out_dir, {"out": out_dir, "preset": preset, "hift": hift, "seconds": total,
+                     "stages": stage_stats, "fp32_bytes": fp32_total, "bytes": out_total,
+                     "size_ratio": out_total / fp32_total, "accuracy": accuracy}
