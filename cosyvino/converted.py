@@ -115,8 +115,14 @@ def manifest_runtime(data: dict) -> str:
     return data.get("runtime", "openvino")
 
 
+def convert_hint(runtime: str | None) -> str:
+    """The ``cosyvino convert`` command line that writes ``runtime``'s files (the OpenVINO one
+    for an unknown or missing runtime)."""
+    return _CONVERT_HINT.get(runtime or "", "cosyvino convert")
+
+
 def _stale(msg: str, path: str, runtime: str | None = None) -> ConvertedModelError:
-    hint = _CONVERT_HINT.get(runtime or "", "cosyvino convert")
+    hint = convert_hint(runtime)
     return ConvertedModelError(f"{msg}; re-run `{hint}` for this model", path)
 
 

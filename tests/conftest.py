@@ -3,6 +3,7 @@ the built-in ones) so a user's environment cannot break them."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 
@@ -30,58 +31,49 @@ def tiny_model_dir(tmp_path_factory) -> str:
     return make_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=3)
 
 
-@pytest.fixture(scope="session")
-def converted_dir(tmp_path_factory):
-    """``converted_dir(src) -> str``: ``src`` converted to OpenVINO IR once per test session.
-    The tiny-a fixture goes through the ``cosyvino convert`` CLI (so the CLI is covered)."""
-    pytest.importorskip("openvino")
+#: conversion format -> (extra ``cosyvino convert`` arguments, exporter module, packages needed)
+_FORMATS = {
+    "openvino": ([], "cosyvino.export.openvino", ("openvino",)),
+    "onnx": (["--format", "onnx"], "cosyvino.export.onnx", ("onnx", "onnxruntime")),
+}
+
+
+def _converter(tmp_path_factory, fmt: str):
+    """``get(src) -> str``: ``src`` converted to ``fmt`` once per test session. The tiny-a
+    fixture goes through the ``cosyvino convert`` CLI (so the CLI is covered), other dirs
+    through the exporter's ``convert_model_dir``."""
+    cli_args, module, needs = _FORMATS[fmt]
+    for pkg in needs:
+        pytest.importorskip(pkg)
     cache: dict[str, str] = {}
 
     def get(src) -> str:
         src = str(src)
         if src not in cache:
-            out = tmp_path_factory.mktemp("ov") / pathlib.Path(src).name
+            out = tmp_path_factory.mktemp(fmt) / pathlib.Path(src).name
             if pathlib.Path(src) == TINY_A:
                 from click.testing import CliRunner
 
                 from cosyvino.cli import main
-                res = CliRunner().invoke(main, ["convert", "--model-dir", src, "--out",
-                                                str(out)])
+                res = CliRunner().invoke(main, ["convert", *cli_args, "--model-dir", src,
+                                                "--out", str(out)])
                 assert res.exit_code == 0, res.output
                 assert "wrote" in res.output
             else:
-                from cosyvino.export.openvino import convert_model_dir
-                convert_model_dir(src, str(out))
+                importlib.import_module(module).convert_model_dir(src, str(out))
             cache[src] = str(out)
         return cache[src]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def converted_dir(tmp_path_factory):
+    """``converted_dir(src) -> str``: ``src`` converted to OpenVINO IR once per test session."""
+    return _converter(tmp_path_factory, "openvino")
 
 
 @pytest.fixture(scope="session")
 def onnx_dir(tmp_path_factory):
-    """``onnx_dir(src) -> str``: ``src`` converted to ONNX once per test session.
-    The tiny-a fixture goes through ``cosyvino convert --format onnx`` (the CLI is covered)."""
-    pytest.importorskip("onnx")
-    pytest.importorskip("onnxruntime")
-    cache: dict[str, str] = {}
-
-    def get(src) -> str:
-        src = str(src)
-        if src not in cache:
-            out = tmp_path_factory.mktemp("onnx") / pathlib.Path(src).name
-            if pathlib.Path(src) == TINY_A:
-                from click.testing import CliRunner
-
-                from cosyvino.cli import main
-                res = CliRunner().invoke(main, ["convert", "--format", "onnx", "--model-dir",
-                                                src, "--out", str(out)])
-                assert res.exit_code == 0, res.output
-                assert "wrote" in res.output
-            else:
-                from cosyvino.export.onnx import convert_model_dir
-                convert_model_dir(src, str(out))
-            cache[src] = str(out)
-        return cache[src]
-
-    return get
+    """``onnx_dir(src) -> str``: ``src`` converted to ONNX once per test session."""
+    return _converter(tmp_path_factory, "onnx")

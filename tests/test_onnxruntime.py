@@ -1,16 +1,14 @@
-"""ONNX Runtime backend: golden parity at fp32 (explicit KV cache included), whole-utterance
-parity with torch and OpenVINO, concurrent sessions, torch-free serving, ONNX-dir integrity, the
-export's graph contract and ``cosyvino convert --format onnx``. The tiny model is converted once
-per session (``onnx_dir`` fixture, through the CLI)."""
+"""ONNX Runtime backend: whole-utterance parity with torch and OpenVINO, concurrent sessions,
+torch-free serving, ONNX-dir integrity, the export's graph contract and ``cosyvino convert
+--format onnx``. Golden parity (explicit KV cache, with and without IO binding, included): the
+conformance suite (tests/test_conformance_builtin.py) and tests/test_golden_parity_backends.py.
+The tiny model is converted once per session (``onnx_dir`` fixture, through the CLI)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
-import threading
 
 import numpy as np
 import pytest
@@ -21,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from cosyvino import Synthesizer  # noqa: E402
 from cosyvino.errors import BackendError, ConvertedModelError  # noqa: E402
-from conftest import TINY_A, golden_dirs  # noqa: E402
+from conftest import TINY_A  # noqa: E402
 
 
 def _maxabs(a, b) -> float:
@@ -32,149 +30,9 @@ def _load(path, **options):
     return Synthesizer(str(path), backend="onnxruntime", **options)
 
 
-@pytest.fixture(scope="module", params=golden_dirs(), ids=lambda p: p.name)
-def golden_ort(request, onnx_dir):
-    src = request.param
-    return _load(onnx_dir(src)), torch.load(src / "golden.pt", weights_only=False)
-
-
-def test_text_encoder_and_lm_input(golden_ort):
-    tts, g = golden_ort
-    g = g["llm"]
-    out = tts.stages.encode_text(g["text_token"].numpy())
-    assert _maxabs(out, g["text_encoder_out"].numpy()) < 1e-4
-    lm_input = tts.pipeline.build_lm_input(g["text_token"].numpy(), g["embedding"].numpy())
-    assert _maxabs(lm_input, g["lm_input"].numpy()) < 1e-4
-
-
-@pytest.mark.parametrize("io_binding", [True, False], ids=["iobinding", "run"])
-def test_teacher_forced_logp_through_explicit_cache(golden_ort, onnx_dir, io_binding):
-    tts, g = golden_ort
-    stages = tts.stages if not io_binding else _load(tts.stages.converted_dir,
-                                                     io_binding=True).stages
-    g = g["llm"]
-    session = stages.new_llm_session()
-    for _ in range(2):  # second pass: reset must give the same rows
-        session.reset()
-        assert session.cache_length() == 0
-        rows = [session.forward(g["lm_input"].numpy())]
-        for tok in g["forced_speech_tokens"].tolist():
-            rows.append(session.forward(stages.embed_speech_tokens(
-                np.array([[tok]], dtype=np.int64))))
-        assert len(rows) == 25
-        err = _maxabs(np.stack(rows), g["logp"].numpy())
-        assert err < 1e-4, err
-    assert session.cache_length() == g["lm_input"].shape[1] + 24
-
-
-def test_zero_shot_prefix_first_logp(golden_ort):
-    tts, g = golden_ort
-    g = g["llm"]
-    lm_input = tts.pipeline.build_lm_input(g["text_token"].numpy(), g["embedding"].numpy(),
-                                           g["prompt_text_token"].numpy(),
-                                           g["prompt_speech_token"].numpy())
-    assert _maxabs(lm_input, g["zero_shot_lm_input"].numpy()) < 1e-4
-    session = tts.stages.new_llm_session()
-    assert _maxabs(session.forward(lm_input), g["zero_shot_first_logp"].numpy()) < 1e-4
-
-
-def test_estimator(golden_ort):
-    tts, g = golden_ort
-    e = g["flow"]["estimator_in"]
-    out = tts.stages.estimate(*(e[k].numpy() for k in ("x", "mask", "mu", "t", "spks", "cond")))
-    assert _maxabs(out, g["flow"]["estimator_out"].numpy()) < 1e-4
-
-
-def test_mel_with_given_noise(golden_ort):
-    tts, g = golden_ort
-    f = g["flow"]
-    pipe = tts.pipeline
-    mel = pipe.tokens_to_mel(f["speech_token"].numpy()[0], f["embedding"].numpy(),
-                             noise=f["noise"].numpy())
-    assert _maxabs(mel, f["mel"].numpy()) < 1e-4
-    mel_p = pipe.tokens_to_mel(f["speech_token"].numpy()[0], f["embedding"].numpy(),
-                               noise=f["noise_with_prompt"].numpy(),
-                               prompt_token=f["prompt_speech_token"].numpy()[0],
-                               prompt_feat=f["prompt_feat"].numpy()[0])
-    assert _maxabs(mel_p, f["mel_with_prompt"].numpy()) < 1e-4
-
-
-def test_vocoder(golden_ort):
-    tts, g = golden_ort
-    h = g["hift"]
-    f0 = tts.stages.vocoder_f0(h["mel"].numpy())
-    assert _maxabs(f0, h["f0"].numpy()) < 1e-3  # Hz
-    wav = tts.pipeline.mel_to_wav(h["mel"].numpy(), source=h["source"].numpy())
-    assert _maxabs(wav, h["wav"].numpy()[0]) < 1e-3
-
-
 @pytest.fixture(scope="module")
 def tiny_ort(onnx_dir):
     return _load(onnx_dir(TINY_A))
-
-
-def test_torch_openvino_and_onnxruntime_give_the_same_waveform(tiny_ort, converted_dir):
-    pytest.importorskip("openvino")
-    ref = Synthesizer(str(TINY_A), backend="torch")
-    ov = Synthesizer(converted_dir(TINY_A), backend="openvino", precision="f32",
-                     kv_cache_precision="f32", cache_dir="")
-    for text in ("你好，世界。", "Hello world, this is a test."):
-        a = ref.synthesize(text, "中文女", seed=5, num_speech_tokens=40)
-        for other in (ov, tiny_ort):
-            b = other.synthesize(text, "中文女", seed=5, num_speech_tokens=40)
-            np.testing.assert_array_equal(a.speech_tokens, b.speech_tokens)
-            assert a.samples.shape == b.samples.shape
-            assert _maxabs(a.samples, b.samples) < 1e-3
-
-
-def test_two_concurrent_sessions_do_not_share_state(tiny_ort):
-    stages = tiny_ort.stages
-    assert stages.thread_safe
-    rng = np.random.default_rng(0)
-    d = stages.config.llm.llm_input_size
-    inputs = [[rng.standard_normal((1, 9, d), dtype=np.float32)]
-              + [rng.standard_normal((1, 1, d), dtype=np.float32) for _ in range(12)]
-              for _ in range(2)]
-
-    def run(seq):
-        s = stages.new_llm_session()
-        return np.stack([s.forward(x) for x in seq])
-
-    expected = [run(seq) for seq in inputs]
-    got: list = [None, None]
-    barrier = threading.Barrier(2)
-
-    def worker(i):
-        s = stages.new_llm_session()
-        rows = []
-        for x in inputs[i]:
-            barrier.wait()  # interleave the two sessions step by step
-            rows.append(s.forward(x))
-        got[i] = np.stack(rows)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for i in range(2):
-        np.testing.assert_array_equal(got[i], expected[i])
-    assert not np.array_equal(expected[0], expected[1])
-
-
-def test_serving_from_onnx_does_not_import_torch(onnx_dir):
-    code = (
-        "import sys, numpy as np\n"
-        "from cosyvino import Synthesizer\n"
-        f"t = Synthesizer({onnx_dir(TINY_A)!r}, backend='onnxruntime')\n"
-        "a = t.synthesize('你好。', t.speakers[0], seed=0, num_speech_tokens=8)\n"
-        "assert a.samples.size > 0\n"
-        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
-    env = dict(os.environ, COSYVINO_PLUGINS="torch,openvino,onnxruntime")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "NO-TORCH"
 
 
 # ---- the exported graphs --------------------------------------------------------------------

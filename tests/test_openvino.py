@@ -1,15 +1,14 @@
-"""OpenVINO backend: golden parity at f32 (stateful LLM cache included), whole-utterance parity
-with the torch backend, concurrent sessions, torch-free serving, converted-dir integrity and
-atomic conversion. The tiny model is converted once per session (``converted_dir`` fixture)."""
+"""OpenVINO backend: f32 compile properties, whole-utterance parity with the torch backend,
+concurrent sessions, torch-free serving, converted-dir integrity, atomic conversion and resident
+memory. Golden parity: the conformance suite (tests/test_conformance_builtin.py) and
+tests/test_golden_parity_backends.py. The tiny model is converted once per session
+(``converted_dir`` fixture)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -19,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from cosyvino import Synthesizer  # noqa: E402
 from cosyvino.errors import ConvertedModelError  # noqa: E402
-from conftest import TINY_A, golden_dirs  # noqa: E402
+from conftest import TINY_A  # noqa: E402
 
 F32 = {"precision": "f32", "kv_cache_precision": "f32", "cache_dir": ""}
 
@@ -28,149 +27,16 @@ def _maxabs(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
-@pytest.fixture(scope="module", params=golden_dirs(), ids=lambda p: p.name)
-def golden_ov(request, converted_dir):
-    src = request.param
-    tts = Synthesizer(converted_dir(src), backend="openvino", **F32)
-    golden = torch.load(src / "golden.pt", weights_only=False)
-    return tts, golden
-
-
-def test_compiled_with_f32_and_reports_choice(golden_ov):
-    info = golden_ov[0].stages.compile_info
-    assert info["llm"]["INFERENCE_PRECISION_HINT"] == "f32"
-    assert info["llm"]["KV_CACHE_PRECISION"] == "f32"
-    assert info["estimator"]["INFERENCE_PRECISION_HINT"] == "f32"
-
-
-def test_text_encoder_and_lm_input(golden_ov):
-    tts, g = golden_ov
-    g = g["llm"]
-    out = tts.stages.encode_text(g["text_token"].numpy())
-    assert _maxabs(out, g["text_encoder_out"].numpy()) < 1e-4
-    lm_input = tts.pipeline.build_lm_input(g["text_token"].numpy(), g["embedding"].numpy())
-    assert _maxabs(lm_input, g["lm_input"].numpy()) < 1e-4
-
-
-def test_teacher_forced_logp_through_stateful_cache(golden_ov):
-    tts, g = golden_ov
-    g = g["llm"]
-    session = tts.stages.new_llm_session()
-    for _ in range(2):  # second pass: reset_state must give the same rows
-        session.reset()
-        rows = [session.forward(g["lm_input"].numpy())]
-        for tok in g["forced_speech_tokens"].tolist():
-            rows.append(session.forward(tts.stages.embed_speech_tokens(
-                np.array([[tok]], dtype=np.int64))))
-        assert len(rows) == 25
-        err = _maxabs(np.stack(rows), g["logp"].numpy())
-        assert err < 1e-4, err
-    assert session.cache_length() == g["lm_input"].shape[1] + 24
-
-
-def test_zero_shot_prefix_first_logp(golden_ov):
-    tts, g = golden_ov
-    g = g["llm"]
-    lm_input = tts.pipeline.build_lm_input(g["text_token"].numpy(), g["embedding"].numpy(),
-                                           g["prompt_text_token"].numpy(),
-                                           g["prompt_speech_token"].numpy())
-    assert _maxabs(lm_input, g["zero_shot_lm_input"].numpy()) < 1e-4
-    session = tts.stages.new_llm_session()
-    assert _maxabs(session.forward(lm_input), g["zero_shot_first_logp"].numpy()) < 1e-4
-
-
-def test_estimator(golden_ov):
-    tts, g = golden_ov
-    e = g["flow"]["estimator_in"]
-    out = tts.stages.estimate(*(e[k].numpy() for k in ("x", "mask", "mu", "t", "spks", "cond")))
-    assert _maxabs(out, g["flow"]["estimator_out"].numpy()) < 1e-4
-
-
-def test_mel_with_given_noise(golden_ov):
-    tts, g = golden_ov
-    f = g["flow"]
-    pipe = tts.pipeline
-    mel = pipe.tokens_to_mel(f["speech_token"].numpy()[0], f["embedding"].numpy(),
-                             noise=f["noise"].numpy())
-    assert _maxabs(mel, f["mel"].numpy()) < 1e-4
-    mel_p = pipe.tokens_to_mel(f["speech_token"].numpy()[0], f["embedding"].numpy(),
-                               noise=f["noise_with_prompt"].numpy(),
-                               prompt_token=f["prompt_speech_token"].numpy()[0],
-                               prompt_feat=f["prompt_feat"].numpy()[0])
-    assert _maxabs(mel_p, f["mel_with_prompt"].numpy()) < 1e-4
-
-
-def test_vocoder(golden_ov):
-    tts, g = golden_ov
-    h = g["hift"]
-    f0 = tts.stages.vocoder_f0(h["mel"].numpy())
-    assert _maxabs(f0, h["f0"].numpy()) < 1e-3  # Hz
-    wav = tts.pipeline.mel_to_wav(h["mel"].numpy(), source=h["source"].numpy())
-    assert _maxabs(wav, h["wav"].numpy()[0]) < 1e-3
-
-
 @pytest.fixture(scope="module")
 def tiny_ov(converted_dir):
     return Synthesizer(converted_dir(TINY_A), backend="openvino", **F32)
 
 
-def test_whole_utterance_matches_torch_backend(tiny_ov):
-    ref = Synthesizer(str(TINY_A), backend="torch")
-    for text in ("你好，世界。", "Hello world, this is a test."):
-        a = ref.synthesize(text, "中文女", seed=5, num_speech_tokens=40)
-        b = tiny_ov.synthesize(text, "中文女", seed=5, num_speech_tokens=40)
-        np.testing.assert_array_equal(a.speech_tokens, b.speech_tokens)
-        assert a.samples.shape == b.samples.shape
-        assert _maxabs(a.samples, b.samples) < 1e-3
-
-
-def test_two_concurrent_sessions_do_not_share_state(tiny_ov):
-    stages = tiny_ov.stages
-    rng = np.random.default_rng(0)
-    d = stages.config.llm.llm_input_size
-    inputs = [[rng.standard_normal((1, 9, d), dtype=np.float32)]
-              + [rng.standard_normal((1, 1, d), dtype=np.float32) for _ in range(12)]
-              for _ in range(2)]
-
-    def run(seq):
-        s = stages.new_llm_session()
-        return np.stack([s.forward(x) for x in seq])
-
-    expected = [run(seq) for seq in inputs]
-    got: list = [None, None]
-    barrier = threading.Barrier(2)
-
-    def worker(i):
-        s = stages.new_llm_session()
-        rows = []
-        for x in inputs[i]:
-            barrier.wait()  # interleave the two sessions step by step
-            rows.append(s.forward(x))
-        got[i] = np.stack(rows)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for i in range(2):
-        np.testing.assert_array_equal(got[i], expected[i])
-    assert not np.array_equal(expected[0], expected[1])
-
-
-def test_serving_from_ir_does_not_import_torch(converted_dir):
-    code = (
-        "import sys, numpy as np\n"
-        "from cosyvino import Synthesizer\n"
-        f"t = Synthesizer({converted_dir(TINY_A)!r}, backend='openvino', cache_dir='')\n"
-        "a = t.synthesize('你好。', t.speakers[0], seed=0, num_speech_tokens=8)\n"
-        "assert a.samples.size > 0\n"
-        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
-    env = dict(os.environ, COSYVINO_PLUGINS="torch,openvino")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "NO-TORCH"
+def test_compiled_with_f32_and_reports_choice(tiny_ov):
+    info = tiny_ov.stages.compile_info
+    assert info["llm"]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert info["llm"]["KV_CACHE_PRECISION"] == "f32"
+    assert info["estimator"]["INFERENCE_PRECISION_HINT"] == "f32"
 
 
 # ---- converted-dir integrity ------------------------------------------------------------

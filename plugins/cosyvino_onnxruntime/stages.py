@@ -15,7 +15,6 @@ IO binding 1.17 ms (one bind call per cache tensor and step costs more than it s
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 
@@ -23,6 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 from cosyvino.backends.base import LLMSession, Stages
+from cosyvino.backends.tables import ServingTablesMixin
 from cosyvino.converted import STAGE_EXTS, STAGES, find_converted_dir, validate_converted_dir
 from cosyvino.errors import BackendError, ConvertedModelError
 from cosyvino.models.yaml_config import read_model_config
@@ -142,7 +142,7 @@ class ORTLLMSession(LLMSession):
         return int(first.shape()[2] if isinstance(first, ort.OrtValue) else first.shape[2])
 
 
-class ORTStages(Stages):
+class ORTStages(ServingTablesMixin, Stages):
     # InferenceSession.run is safe to call concurrently; each LLM session owns its cache and
     # IO binding, so one loaded model serves several threads.
     thread_safe = True
@@ -162,14 +162,7 @@ class ORTStages(Stages):
         self.converted_dir = conv_dir
         self.manifest = validate_converted_dir(conv_dir, source_dir, runtime=RUNTIME)
         self.config = read_model_config(os.path.join(conv_dir, "cosyvoice.yaml"))
-        self.speakers = self._read_speakers(conv_dir)
-        tables = np.load(os.path.join(conv_dir, "llm_tables.npz"))
-        self._speech_embedding = np.ascontiguousarray(tables["speech_embedding"])
-        special = tables["special"]
-        self._sos = special[0].reshape(1, 1, -1).copy()
-        self._task = special[1].reshape(1, 1, -1).copy()
-        self._spk_w = np.ascontiguousarray(tables["spk_affine_weight"].T)
-        self._spk_b = tables["spk_affine_bias"].copy()
+        self._load_serving_tables(conv_dir, RUNTIME)
 
         self.sessions: dict[str, ort.InferenceSession] = {}
         for stage, stem in STAGES.items():
@@ -194,35 +187,12 @@ class ORTStages(Stages):
         log.info("onnxruntime %s: loaded %s (io_binding=%s)", ort.__version__, conv_dir,
                  io_binding)
 
-    @staticmethod
-    def _read_speakers(conv_dir: str) -> dict[str, np.ndarray]:
-        path = os.path.join(conv_dir, "speakers.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                names = json.load(f)
-            emb = np.load(os.path.join(conv_dir, "speakers.npy"))
-        except (OSError, ValueError) as e:
-            raise ConvertedModelError(f"{path}: cannot read speakers ({e}); re-run "
-                                      "`cosyvino convert --format onnx`", path) from None
-        return {n: emb[i:i + 1].astype(np.float32) for i, n in enumerate(names)}
-
     def _run(self, stage: str, **feeds: np.ndarray) -> list[np.ndarray]:
         return self.sessions[stage].run(None, feeds)
 
     # ---- LLM -------------------------------------------------------------------------------
     def encode_text(self, text_token):
         return self._run("text_encoder", text_token=np.asarray(text_token, np.int64))[0]
-
-    def embed_llm_speaker(self, embedding):
-        e = np.asarray(embedding, np.float32)
-        e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)  # F.normalize
-        return (e @ self._spk_w + self._spk_b).astype(np.float32)[:, None, :]
-
-    def embed_speech_tokens(self, tokens):
-        return self._speech_embedding[np.asarray(tokens, np.int64)]
-
-    def llm_special_embeddings(self):
-        return self._sos, self._task
 
     def new_llm_session(self):
         return ORTLLMSession(self.sessions["llm"], self._past, self._present, self._empty_cache,

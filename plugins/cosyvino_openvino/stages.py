@@ -7,7 +7,6 @@ One compiled model per stage; the LLM is stateful (KV cache in OpenVINO state): 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -16,8 +15,9 @@ import numpy as np
 import openvino as ov
 
 from cosyvino.backends.base import LLMSession, Stages
+from cosyvino.backends.tables import ServingTablesMixin
 from cosyvino.converted import STAGES, find_converted_dir, validate_converted_dir
-from cosyvino.errors import BackendError, ConvertedModelError
+from cosyvino.errors import BackendError
 from cosyvino.models.yaml_config import read_model_config
 
 from .memory import fold_weight_broadcasts, release_weight_pages
@@ -159,7 +159,7 @@ class OpenVINOLLMSession(LLMSession):
         return int(states[0].state.shape[2]) if states else 0
 
 
-class OpenVINOStages(Stages):
+class OpenVINOStages(ServingTablesMixin, Stages):
     # Every stage call takes its own InferRequest from a pool and every LLM session owns one,
     # so concurrent calls from several threads are safe.
     thread_safe = True
@@ -169,14 +169,7 @@ class OpenVINOStages(Stages):
         self.converted_dir = conv_dir
         self.manifest = validate_converted_dir(conv_dir, source_dir, runtime="openvino")
         self.config = read_model_config(os.path.join(conv_dir, "cosyvoice.yaml"))
-        self.speakers = self._read_speakers(conv_dir)
-        tables = np.load(os.path.join(conv_dir, "llm_tables.npz"))
-        self._speech_embedding = np.ascontiguousarray(tables["speech_embedding"])
-        special = tables["special"]
-        self._sos = special[0].reshape(1, 1, -1).copy()
-        self._task = special[1].reshape(1, 1, -1).copy()
-        self._spk_w = np.ascontiguousarray(tables["spk_affine_weight"].T)
-        self._spk_b = tables["spk_affine_bias"].copy()
+        self._load_serving_tables(conv_dir, "openvino")
 
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
@@ -226,32 +219,9 @@ class OpenVINOStages(Stages):
                 pass
         return out
 
-    @staticmethod
-    def _read_speakers(conv_dir: str) -> dict[str, np.ndarray]:
-        path = os.path.join(conv_dir, "speakers.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                names = json.load(f)
-            emb = np.load(os.path.join(conv_dir, "speakers.npy"))
-        except (OSError, ValueError) as e:
-            raise ConvertedModelError(f"{path}: cannot read speakers ({e}); re-run "
-                                      "`cosyvino convert`", path) from None
-        return {n: emb[i:i + 1].astype(np.float32) for i, n in enumerate(names)}
-
     # ---- LLM -------------------------------------------------------------------------------
     def encode_text(self, text_token):
         return self._runners["text_encoder"](np.asarray(text_token, np.int64))[0]
-
-    def embed_llm_speaker(self, embedding):
-        e = np.asarray(embedding, np.float32)
-        e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
-        return (e @ self._spk_w + self._spk_b).astype(np.float32)[:, None, :]
-
-    def embed_speech_tokens(self, tokens):
-        return self._speech_embedding[np.asarray(tokens, np.int64)]
-
-    def llm_special_embeddings(self):
-        return self._sos, self._task
 
     def new_llm_session(self):
         return OpenVINOLLMSession(self._llm, self._pages)

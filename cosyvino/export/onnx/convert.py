@@ -7,37 +7,31 @@ onnxscript and is slower to run), opset :data:`OPSET`, sequence dims dynamic. Th
 its KV cache as explicit per-layer inputs/outputs (``past_key_values.{i}.key|value`` ->
 ``present.{i}.key|value``): ONNX Runtime has no state. Every file is checked with
 ``onnx.checker``; the small tables, speakers, yaml and the manifest are written as for OpenVINO
-(:mod:`cosyvino.converted`, manifest ``runtime: "onnxruntime"``). The output appears atomically
-(temp dir next to it, renamed at the end). Export-time patches: :mod:`.model_patcher`.
+by :func:`cosyvino.export.common.convert_atomically` (manifest ``runtime: "onnxruntime"``), which
+also makes the output appear atomically (temp dir next to it, renamed at the end). Export-time patches: :mod:`.model_patcher`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import time
 import warnings
-from typing import Callable
 
-import numpy as np
 import onnx
 import torch
 from torch import nn
 
 from ... import __version__
-from ...converted import (FORMAT, OPTIONAL_SOURCE_FILES, RUNTIME_SUBDIRS, SOURCE_FILES,
-                          STAGE_EXTS, STAGES, file_record, source_record, write_manifest)
-from ...errors import ModelDirError
-from ...fileutil import replace_dir
+from ...converted import FORMAT, RUNTIME_SUBDIRS, STAGE_EXTS, STAGES, file_record
 from ...models.torch.flow_encoder import FlowEncoderStage
 from ...models.torch.length_regulator import LengthRegulatorStage
 from ...models.torch.llm import TextEncoderStage, TransformerLM
-from ...models.torch.loading import TorchModel, load_torch_model
+from ...models.torch.loading import TorchModel
+from ..common import Progress, convert_atomically, llm_cache_layout
 from .model_patcher import plain_estimator_linears
 
-Progress = Callable[[str], None]
 RUNTIME = "onnxruntime"
 EXT = STAGE_EXTS[RUNTIME]
 #: 17: first opset with LayerNormalization (one ORT kernel instead of ~8 nodes per norm)
@@ -64,12 +58,6 @@ class LLMCacheStep(nn.Module):
         for k, v in zip(pk, pv):
             out += [k, v]
         return tuple(out)
-
-
-def llm_cache_layout(m: TorchModel) -> tuple[int, int, int, int]:
-    """``(layers, heads, head_dim, width)`` of the LLM's KV cache."""
-    enc = m.llm.llm
-    return len(enc.encoders), enc.num_heads, enc.head_dim, enc.cfg.output_size
 
 
 def llm_cache_names(layers: int) -> tuple[list[str], list[str]]:
@@ -176,29 +164,6 @@ def export_stage(spec: _Spec, out_dir: str, stem: str, stage: str) -> list[str]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def llm_tables(m: TorchModel) -> dict[str, np.ndarray]:
-    """The LLM's small tables the runtime applies in numpy (see :mod:`cosyvino.converted`)."""
-    lm = m.llm
-    return {
-        "speech_embedding": lm.speech_embedding.weight.detach().numpy().astype(np.float32),
-        "special": lm.llm_embedding.weight.detach().numpy().astype(np.float32),
-        "spk_affine_weight": lm.spk_embed_affine_layer.weight.detach().numpy().astype(np.float32),
-        "spk_affine_bias": lm.spk_embed_affine_layer.bias.detach().numpy().astype(np.float32),
-    }
-
-
-def _write_serving_files(m: TorchModel, model_dir: str, tmp: str) -> list[str]:
-    """Tables, speakers and the yaml copy: what serving reads besides the graphs."""
-    np.savez(os.path.join(tmp, "llm_tables.npz"), **llm_tables(m))
-    shutil.copyfile(os.path.join(model_dir, "cosyvoice.yaml"), os.path.join(tmp, "cosyvoice.yaml"))
-    names = list(m.speakers)
-    with open(os.path.join(tmp, "speakers.json"), "w", encoding="utf-8") as f:
-        json.dump(names, f, ensure_ascii=False)
-    np.save(os.path.join(tmp, "speakers.npy"),
-            np.concatenate([m.speakers[n] for n in names]).astype(np.float32))
-    return ["llm_tables.npz", "cosyvoice.yaml", "speakers.json", "speakers.npy"]
-
-
 def convert_model_dir(model_dir: str, out_dir: str | None = None, *,
                       progress: Progress | None = None, overwrite: bool = True) -> str:
     """Convert ``model_dir`` to ONNX in ``out_dir`` (default ``model_dir/onnx``); returns out_dir.
@@ -210,55 +175,24 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *,
     exported graph is invalid: a bug). On any failure nothing is left at ``out_dir`` (a
     previous conversion there stays untouched).
     """
-    say = progress or (lambda msg: None)
-    model_dir = os.path.abspath(os.fspath(model_dir))
-    out_dir = os.path.abspath(out_dir or os.path.join(model_dir, RUNTIME_SUBDIRS[RUNTIME]))
-    if os.path.exists(out_dir) and not overwrite:
-        raise FileExistsError(out_dir)
-    if not os.path.isdir(model_dir):
-        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    start = time.perf_counter()
-    try:
-        say("hashing source files")
-        source = {n: source_record(os.path.join(model_dir, n)) for n in SOURCE_FILES
-                  if os.path.isfile(os.path.join(model_dir, n))}
-        say("loading PyTorch model")
-        m = load_torch_model(model_dir)
-        files: dict[str, dict] = {}
+
+    def write_stages(m: TorchModel, tmp: str, files: dict, say: Progress, start: float) -> None:
         for stage, spec in stage_specs(m).items():
             for name in export_stage(spec, tmp, STAGES[stage], stage):
                 files[name] = file_record(os.path.join(tmp, name), stage=stage,
                                           precision="fp32")
             say(f"exported {stage} ({time.perf_counter() - start:.0f} s)")
-        for name in OPTIONAL_SOURCE_FILES:  # already ONNX: ship them alongside
-            src = os.path.join(model_dir, name)
-            if os.path.isfile(src):
-                shutil.copyfile(src, os.path.join(tmp, name))
-                files[name] = file_record(os.path.join(tmp, name), precision="onnx")
-        for name in _write_serving_files(m, model_dir, tmp):
-            files[name] = file_record(os.path.join(tmp, name))
-        layers, heads, dk, d = llm_cache_layout(m)
-        write_manifest(tmp, {
-            "format": FORMAT,
-            "runtime": RUNTIME,
-            "stage_ext": EXT,
-            "opset": OPSET,
-            "cosyvino_version": __version__,
-            "onnx_version": onnx.__version__,
-            "torch_version": torch.__version__,
-            "weights": "fp32",
-            "source_dir": model_dir,
-            "source": source,
-            "files": files,
-            "llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
-                    "query_side_pos": True, "stateful": False},
-        })
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    say(f"done in {time.perf_counter() - start:.0f} s: {out_dir}")
-    return out_dir
+
+    header = {
+        "format": FORMAT,
+        "runtime": RUNTIME,
+        "stage_ext": EXT,
+        "opset": OPSET,
+        "cosyvino_version": __version__,
+        "onnx_version": onnx.__version__,
+        "torch_version": torch.__version__,
+        "weights": "fp32",
+    }
+    return convert_atomically(model_dir, out_dir, RUNTIME_SUBDIRS[RUNTIME],
+                              write_stages=write_stages, header=header, stateful=False,
+                              progress=progress, overwrite=overwrite)

@@ -2,37 +2,31 @@
 
 :func:`convert_model_dir` drives ``openvino.convert_model`` once per stage of our PyTorch
 implementation (TorchScript tracing with example inputs; sequence dims set dynamic afterwards),
-makes the LLM stateful (:mod:`.stateful`), saves the IRs with fp32 or fp16 weights, writes the
-small tables as numpy files and the manifest (:mod:`cosyvino.converted`). The output appears
+makes the LLM stateful (:mod:`.stateful`) and saves the IRs with fp32 or fp16 weights; the small
+tables as numpy files and the manifest (:mod:`cosyvino.converted`) are written by
+:func:`cosyvino.export.common.convert_atomically`, which also makes the output appear
 atomically: everything is written to a temp dir next to it and renamed at the end.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 import warnings
-from typing import Callable
 
-import numpy as np
 import openvino as ov
 import torch
 
 from ... import __version__
-from ...converted import (DEFAULT_SUBDIR, FORMAT, OPTIONAL_SOURCE_FILES, SOURCE_FILES, STAGES,
-                          file_record, source_record, write_manifest)
-from ...errors import ModelDirError
+from ...converted import DEFAULT_SUBDIR, FORMAT, STAGES, file_record
 from ...models.torch.flow_encoder import FlowEncoderStage
 from ...models.torch.length_regulator import LengthRegulatorStage
 from ...models.torch.llm import TextEncoderStage
-from ...models.torch.loading import TorchModel, load_torch_model
+from ...models.torch.loading import TorchModel
+from ..common import Progress, convert_atomically, llm_cache_layout
 from .model_patcher import LLMCacheStep, sdpa_attention
 from .stateful import make_llm_stateful
-from ...fileutil import replace_dir
 
-Progress = Callable[[str], None]
 WEIGHTS = ("fp32", "fp16")
 
 
@@ -64,11 +58,6 @@ def _convert(module: torch.nn.Module, example: tuple) -> ov.Model:
 def convert_text_encoder(m: TorchModel) -> ov.Model:
     om = _convert(TextEncoderStage(m.llm), (torch.randint(0, 100, (1, 9)),))
     return _dyn(om, {0: [1, -1]}, ["text_features"], ["text_token"])
-
-
-def llm_cache_layout(m: TorchModel) -> tuple[int, int, int, int]:
-    enc = m.llm.llm
-    return len(enc.encoders), enc.num_heads, enc.head_dim, enc.cfg.output_size
 
 
 def convert_llm(m: TorchModel, *, stateful: bool = True, query_side_pos: bool = True
@@ -133,16 +122,6 @@ def convert_hift(m: TorchModel) -> dict[str, ov.Model]:
     return {"hift_f0": f0, "hift_source": src, "hift_decode": dec}
 
 
-def _tables(m: TorchModel) -> dict[str, np.ndarray]:
-    lm = m.llm
-    return {
-        "speech_embedding": lm.speech_embedding.weight.detach().numpy().astype(np.float32),
-        "special": lm.llm_embedding.weight.detach().numpy().astype(np.float32),
-        "spk_affine_weight": lm.spk_embed_affine_layer.weight.detach().numpy().astype(np.float32),
-        "spk_affine_bias": lm.spk_embed_affine_layer.bias.detach().numpy().astype(np.float32),
-    }
-
-
 def _save_ir(model: ov.Model, out_dir: str, stem: str, stage: str, weights: str) -> None:
     model.set_rt_info(stage, ["cosyvino", "stage"])
     model.set_rt_info(weights, ["cosyvino", "weights"])
@@ -161,25 +140,8 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
     """
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
-    say = progress or (lambda msg: None)
-    model_dir = os.path.abspath(os.fspath(model_dir))
-    out_dir = os.path.abspath(out_dir or os.path.join(model_dir, DEFAULT_SUBDIR))
-    if os.path.exists(out_dir) and not overwrite:
-        raise FileExistsError(out_dir)
-    if not os.path.isdir(model_dir):
-        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    start = time.perf_counter()
-    try:
-        say("hashing source files")
-        source = {n: source_record(os.path.join(model_dir, n)) for n in SOURCE_FILES
-                  if os.path.isfile(os.path.join(model_dir, n))}
-        say("loading PyTorch model")
-        m = load_torch_model(model_dir)
-        files: dict[str, dict] = {}
 
+    def write_stages(m: TorchModel, tmp: str, files: dict, say: Progress, start: float) -> None:
         def save(stage: str, model: ov.Model) -> None:
             stem = STAGES[stage]
             _save_ir(model, tmp, stem, stage, weights)
@@ -195,37 +157,13 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
         save("estimator", convert_estimator(m))
         for stage, model in convert_hift(m).items():
             save(stage, model)
-        for name in OPTIONAL_SOURCE_FILES:
-            src = os.path.join(model_dir, name)
-            if os.path.isfile(src):  # ONNX is read by OpenVINO directly; ship it alongside
-                shutil.copyfile(src, os.path.join(tmp, name))
-                files[name] = file_record(os.path.join(tmp, name), precision="onnx")
-        np.savez(os.path.join(tmp, "llm_tables.npz"), **_tables(m))
-        shutil.copyfile(os.path.join(model_dir, "cosyvoice.yaml"),
-                        os.path.join(tmp, "cosyvoice.yaml"))
-        names = list(m.speakers)
-        import json
-        with open(os.path.join(tmp, "speakers.json"), "w", encoding="utf-8") as f:
-            json.dump(names, f, ensure_ascii=False)
-        np.save(os.path.join(tmp, "speakers.npy"),
-                np.concatenate([m.speakers[n] for n in names]).astype(np.float32))
-        for name in ("llm_tables.npz", "cosyvoice.yaml", "speakers.json", "speakers.npy"):
-            files[name] = file_record(os.path.join(tmp, name))
-        layers, heads, dk, d = llm_cache_layout(m)
-        write_manifest(tmp, {
-            "format": FORMAT,
-            "cosyvino_version": __version__,
-            "openvino_version": ov.get_version(),
-            "weights": weights,
-            "source_dir": model_dir,
-            "source": source,
-            "files": files,
-            "llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
-                    "query_side_pos": True, "stateful": True},
-        })
-        replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    say(f"done in {time.perf_counter() - start:.0f} s: {out_dir}")
-    return out_dir
+
+    header = {
+        "format": FORMAT,
+        "cosyvino_version": __version__,
+        "openvino_version": ov.get_version(),
+        "weights": weights,
+    }
+    return convert_atomically(model_dir, out_dir, DEFAULT_SUBDIR, write_stages=write_stages,
+                              header=header, stateful=True, progress=progress,
+                              overwrite=overwrite)

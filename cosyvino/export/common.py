@@ -1,0 +1,126 @@
+"""What every exporter writes besides its stage graphs (imports torch through the model code).
+
+:func:`convert_atomically` is the shared frame of ``cosyvino convert``: it checks the
+arguments, hashes the source files, loads the PyTorch model, lets the runtime's exporter write
+its stage files, then ships the optional ONNX source files, writes the serving files
+(:func:`write_serving_files`: LLM tables, speakers, yaml copy) and the manifest
+(:mod:`cosyvino.converted` describes the layout) and publishes the directory atomically
+(:func:`cosyvino.fileutil.replace_dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Callable
+
+import numpy as np
+
+from ..converted import (OPTIONAL_SOURCE_FILES, SOURCE_FILES, file_record, source_record,
+                         write_manifest)
+from ..errors import ModelDirError
+from ..fileutil import replace_dir
+from ..models.torch.loading import TorchModel, load_torch_model
+
+Progress = Callable[[str], None]
+#: ``write_stages(model, tmp_dir, files, say, start)``: writes the stage files into ``tmp_dir``
+#: and adds their manifest records to ``files``; ``start`` is the ``time.perf_counter()`` of the
+#: conversion start (for progress messages)
+StageWriter = Callable[[TorchModel, str, dict, Progress, float], None]
+#: the files :func:`write_serving_files` writes, in manifest order
+SERVING_FILES = ("llm_tables.npz", "cosyvoice.yaml", "speakers.json", "speakers.npy")
+
+
+def llm_cache_layout(m: TorchModel) -> tuple[int, int, int, int]:
+    """``(layers, heads, head_dim, width)`` of the LLM's KV cache."""
+    enc = m.llm.llm
+    return len(enc.encoders), enc.num_heads, enc.head_dim, enc.cfg.output_size
+
+
+def llm_tables(m: TorchModel) -> dict[str, np.ndarray]:
+    """The LLM's small tables the runtime applies in numpy, float32: ``speech_embedding``
+    ``[V, D]``, ``special`` ``[2, D]`` (sos, task_id), ``spk_affine_weight`` ``[D, 192]``,
+    ``spk_affine_bias`` ``[D]`` (see :mod:`cosyvino.converted`)."""
+    lm = m.llm
+    return {
+        "speech_embedding": lm.speech_embedding.weight.detach().numpy().astype(np.float32),
+        "special": lm.llm_embedding.weight.detach().numpy().astype(np.float32),
+        "spk_affine_weight": lm.spk_embed_affine_layer.weight.detach().numpy().astype(np.float32),
+        "spk_affine_bias": lm.spk_embed_affine_layer.bias.detach().numpy().astype(np.float32),
+    }
+
+
+def write_serving_files(m: TorchModel, model_dir: str, out_dir: str) -> list[str]:
+    """Write :data:`SERVING_FILES` into ``out_dir``: the LLM tables, the speakers (names in
+    ``speakers.json``, float32 x-vectors ``[S, 192]`` in that row order in ``speakers.npy``)
+    and a copy of ``model_dir/cosyvoice.yaml``; returns their names. OSError on a write."""
+    np.savez(os.path.join(out_dir, "llm_tables.npz"), **llm_tables(m))
+    shutil.copyfile(os.path.join(model_dir, "cosyvoice.yaml"),
+                    os.path.join(out_dir, "cosyvoice.yaml"))
+    names = list(m.speakers)
+    with open(os.path.join(out_dir, "speakers.json"), "w", encoding="utf-8") as f:
+        json.dump(names, f, ensure_ascii=False)
+    np.save(os.path.join(out_dir, "speakers.npy"),
+            np.concatenate([m.speakers[n] for n in names]).astype(np.float32))
+    return list(SERVING_FILES)
+
+
+def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str, *,
+                       write_stages: StageWriter, header: dict, stateful: bool,
+                       progress: Progress | None = None, overwrite: bool = True) -> str:
+    """Convert ``model_dir`` into ``out_dir`` (default ``model_dir/<default_subdir>``); returns
+    the absolute out_dir.
+
+    ``write_stages`` writes the runtime's stage files (see :data:`StageWriter`). The manifest
+    holds ``header`` (format, runtime, versions, weights: the runtime's own fields, in its
+    order), then ``source_dir``, ``source``, ``files`` and ``llm`` (cache layout from
+    :func:`llm_cache_layout`, ``query_side_pos`` True, ``stateful``).
+
+    Raises ModelDirError / ConfigError / CheckpointError (bad source dir), FileExistsError
+    (``out_dir`` exists and ``overwrite`` is False), whatever ``write_stages`` raises. On any
+    failure nothing is left at ``out_dir`` (a previous conversion there stays untouched).
+    """
+    say = progress or (lambda msg: None)
+    model_dir = os.path.abspath(os.fspath(model_dir))
+    out_dir = os.path.abspath(out_dir or os.path.join(model_dir, default_subdir))
+    if os.path.exists(out_dir) and not overwrite:
+        raise FileExistsError(out_dir)
+    if not os.path.isdir(model_dir):
+        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
+    start = time.perf_counter()
+    try:
+        say("hashing source files")
+        source = {n: source_record(os.path.join(model_dir, n)) for n in SOURCE_FILES
+                  if os.path.isfile(os.path.join(model_dir, n))}
+        say("loading PyTorch model")
+        m = load_torch_model(model_dir)
+        files: dict[str, dict] = {}
+        write_stages(m, tmp, files, say, start)
+        for name in OPTIONAL_SOURCE_FILES:  # already ONNX, read by both runtimes: ship them
+            src = os.path.join(model_dir, name)
+            if os.path.isfile(src):
+                shutil.copyfile(src, os.path.join(tmp, name))
+                files[name] = file_record(os.path.join(tmp, name), precision="onnx")
+        for name in write_serving_files(m, model_dir, tmp):
+            files[name] = file_record(os.path.join(tmp, name))
+        layers, heads, dk, d = llm_cache_layout(m)
+        write_manifest(tmp, {
+            **header,
+            "source_dir": model_dir,
+            "source": source,
+            "files": files,
+            "llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
+                    "query_side_pos": True, "stateful": stateful},
+        })
+        replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    say(f"done in {time.perf_counter() - start:.0f} s: {out_dir}")
+    return out_dir
