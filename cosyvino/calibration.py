@@ -10,7 +10,8 @@ format (only ``text`` is required) or plain text, one sentence per line (languag
 the script, see :func:`guess_language`). See docs/quantization.md, "Calibration texts".
 
 Maintenance: ``python -m cosyvino.calibration refresh calib`` recomputes the derived fields
-(speaker when missing, length class, split) and the manifest after texts were added or edited;
+(speaker when missing, length class, split) and the manifest after texts were added or edited
+(a plain ``texts.txt`` is never rewritten or deleted, see :func:`refresh`);
 ``python -m cosyvino.calibration check calib`` verifies the manifest and runs every text
 through the frontend.
 """
@@ -253,6 +254,12 @@ def _resolve(path) -> Path:
         return default_calib_dir() / TEXTS_FILE
     p = Path(path).expanduser()
     if p.is_dir():
+        jsonl, plain = p / TEXTS_FILE, p / PLAIN_TEXTS_FILE
+        if jsonl.is_file() and plain.is_file() \
+                and plain.stat().st_mtime_ns > jsonl.stat().st_mtime_ns:
+            log.warning("%s is newer than %s, but %s is the one read; edit %s (or remove it "
+                        "and run `python -m cosyvino.calibration refresh --jsonl %s`)",
+                        plain, jsonl.name, jsonl.name, jsonl.name, p)
         for name in (TEXTS_FILE, PLAIN_TEXTS_FILE):
             if (p / name).is_file():
                 return p / name
@@ -580,23 +587,42 @@ def write_manifest(calib_dir=None) -> Path:
     return out
 
 
-def refresh(calib_dir=None) -> Path:
-    """Recompute the derived fields of a calibration directory's texts file (speaker when
-    missing, length class, split), rewrite it as canonical ``texts.jsonl`` and write the
-    manifest. Ids, languages, texts, speakers and features that are given are kept."""
+def refresh(calib_dir=None, *, to_jsonl: bool = False) -> tuple[Path, Path]:
+    """Bring a calibration directory's derived data up to date; returns ``(source of truth,
+    manifest path)``.
+
+    JSON Lines source (``texts.jsonl``): recompute the derived fields (speaker when missing,
+    length class, split), rewrite the file in place as canonical JSON Lines (ids, languages,
+    texts and given speakers and features kept) and write the manifest.
+
+    Plain-text source (``texts.txt``): the user's file is never modified or deleted (its
+    ``#`` comments stay). Its derived fields are computed the same way on every read, so only
+    the manifest is written and ``texts.txt`` stays the source of truth. With ``to_jsonl``,
+    ``texts.jsonl`` (every field, for hand-editing features or speakers) is written next to it
+    and becomes the source of truth: a directory load reads ``texts.jsonl`` before
+    ``texts.txt``, which is left as it was.
+
+    Raises ModelDirError / CalibrationFileError as :func:`read_calibration_file`, and
+    InputError when ``to_jsonl`` would overwrite a different ``texts.jsonl``.
+    """
     p = _resolve(calib_dir)
+    jsonl = _is_jsonl(p, _read_lines(p))
+    if not jsonl and not to_jsonl:
+        read_calibration_file(p)  # validate every line before recording the file
+        return p, write_manifest(p)
+    out = p if jsonl else p.parent / TEXTS_FILE
+    if out != p and out.exists():
+        raise InputError(f"{out} already exists; it is read before {p.name}, so edit it (and "
+                         f"run refresh on it), or remove it to convert {p.name} again")
     texts = read_calibration_file(p)
     fe = _get_frontend()
     rows = [{**t.to_dict(), "length": length_class(count_text_tokens(t.text, fe))}
             for t in texts]
     splits = assign_splits(rows)
-    out = p.parent / TEXTS_FILE
     write_calibration_file(
         [CalibrationText(**{**r, "split": splits[r["id"]], "features": tuple(r["features"])})
          for r in rows], out)
-    if p != out:
-        p.unlink()
-    return write_manifest(out.parent)
+    return out, write_manifest(out)
 
 
 def check(calib_dir=None) -> list[str]:
@@ -641,12 +667,29 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="manifest: rewrite manifest.json; refresh: recompute length/split "
                          "(and missing speakers) and the manifest; check: verify everything")
     ap.add_argument("dir", nargs="?", default=None, help="directory (default: shipped calib/)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--jsonl", action="store_true",
+                    help="refresh of a texts.txt directory: also write texts.jsonl (all "
+                         "fields, for hand-editing), which then becomes the source of truth; "
+                         "texts.txt is kept as it is")
+    ap.epilog = ("refresh never modifies or deletes a plain-text texts.txt (comments "
+                 "included): without --jsonl it stays the source of truth and only "
+                 "manifest.json is written; a texts.jsonl is rewritten in place.")
+    args = ap.parse_intermixed_args(argv)  # `refresh --jsonl DIR` as well as `refresh DIR --jsonl`
     try:
         if args.command == "manifest":
             print(f"wrote {write_manifest(args.dir)}")
         elif args.command == "refresh":
-            print(f"wrote {refresh(args.dir)}")
+            before = _resolve(args.dir)
+            source, manifest = refresh(args.dir, to_jsonl=args.jsonl)
+            if source == before and not _is_jsonl(source, _read_lines(source)):
+                print(f"{source} left unchanged; it is the source of truth (speakers, length "
+                      "classes and splits are derived from it on every read)")
+            elif source == before:
+                print(f"rewrote {source} (source of truth)")
+            else:
+                print(f"wrote {source}: it is now the source of truth (read before "
+                      f"{before.name}); {before} was left unchanged and is no longer read")
+            print(f"wrote {manifest}")
         else:
             problems = check(args.dir)
             for line in problems:

@@ -149,14 +149,20 @@ def demo(model_dir, backend, threads, out_dir, seed):
 @click.option("--json", "as_json", is_flag=True)
 @_friendly_errors
 def speakers(model_dir, as_json):
-    """List the speaker ids of a model."""
+    """List the speaker ids of a model (official dir: spk2info.pt; converted dir such as
+    D/openvino or D/onnx: speakers.json)."""
+    from .converted import is_converted_dir, read_speaker_names
     from .defaults import ensure_default_model
-    from .models.checkpoint import load_spk2info
 
     model_dir = model_dir or ensure_default_model()
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
-    names = list(load_spk2info(os.path.join(model_dir, "spk2info.pt")))
+    if is_converted_dir(model_dir):  # no torch needed: names are in speakers.json
+        names = read_speaker_names(model_dir)
+    else:
+        from .models.checkpoint import load_spk2info
+
+        names = list(load_spk2info(os.path.join(model_dir, "spk2info.pt")))
     click.echo(json.dumps(names, ensure_ascii=False) if as_json else "\n".join(names))
 
 
@@ -192,7 +198,10 @@ def make_model_cmd(out_dir, preset, seed, hift_weight_norm, overwrite):
 @click.option("--json", "as_json", is_flag=True)
 @_friendly_errors
 def info(model_dir, as_json):
-    """Summarize a model directory (config, files, parameter counts, speakers)."""
+    """Summarize a model directory (config, files, parameter counts, speakers).
+
+    For a converted dir (D/openvino, D/onnx) the files and their precision come from its
+    manifest and the speakers from speakers.json; parameter counts are not shown there."""
     from .defaults import default_model_dir
     from .models.info import model_info
 

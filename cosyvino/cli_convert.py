@@ -24,9 +24,11 @@ from .cli_errors import friendly_errors as _friendly_errors
                    "onnx].")
 @click.option("--weights", type=click.Choice(["fp32", "fp16"]), default="fp32",
               show_default=True, help="Precision of the stored weights (fp16: openvino only).")
+@click.option("--force", is_flag=True,
+              help="Convert even when OUT already holds an up-to-date conversion.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest summary as JSON.")
 @_friendly_errors
-def convert(model_dir, fmt, out_dir, weights, as_json):
+def convert(model_dir, fmt, out_dir, weights, force, as_json):
     """Convert a model for `--backend openvino` (OpenVINO IR; needs torch + openvino) or, with
     `--format onnx`, for `--backend onnxruntime` (ONNX; needs torch + onnx).
 
@@ -37,7 +39,7 @@ def convert(model_dir, fmt, out_dir, weights, as_json):
     """
     import json
 
-    from .converted import read_manifest
+    from .converted import RUNTIME_SUBDIRS, read_manifest
     from .defaults import ensure_default_model
     from .errors import BackendError
 
@@ -60,7 +62,13 @@ def convert(model_dir, fmt, out_dir, weights, as_json):
     def say(msg):
         click.echo(f"[{time.perf_counter() - start:6.1f} s] {msg}", err=True)
 
-    if fmt == "onnx":
+    runtime = "onnxruntime" if fmt == "onnx" else "openvino"
+    target = out_dir or os.path.join(model_dir, RUNTIME_SUBDIRS[runtime])
+    kept = None if force else up_to_date_conversion(model_dir, target, runtime, weights)
+    if kept:
+        out = target
+        say(f"{target} is up to date ({kept}); kept (--force converts again)")
+    elif fmt == "onnx":
         out = convert_model_dir(model_dir, out_dir, progress=say)
     else:
         out = convert_model_dir(model_dir, out_dir, weights=weights, progress=say)
@@ -79,8 +87,39 @@ def convert(model_dir, fmt, out_dir, weights, as_json):
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
-        click.echo(f"wrote {out} ({len(manifest['files'])} files, {size / 1e6:.0f} MB, "
-                   f"{weights} weights, {runtime})")
+        click.echo(f"{'kept' if kept else 'wrote'} {out} ({len(manifest['files'])} files, "
+                   f"{size / 1e6:.0f} MB, {weights} weights, {runtime})")
         click.echo(f"use it: cosyvino synth --backend {backend} --model-dir {out} TEXT")
     sys.stdout.flush()
     return os.fspath(out)
+
+
+def _runtime_version(runtime: str) -> tuple[str, str]:
+    """(manifest key, installed version) of the package that writes ``runtime``'s files."""
+    if runtime == "onnxruntime":
+        import onnx
+        return "onnx_version", onnx.__version__
+    import openvino
+    return "openvino_version", openvino.get_version()
+
+
+def up_to_date_conversion(model_dir: str, out_dir: str, runtime: str, weights: str
+                          ) -> str | None:
+    """Why ``out_dir`` can be kept (a one-line reason), or None when it must be (re)written:
+    missing, invalid (:func:`cosyvino.converted.validate_converted_dir` against ``model_dir``'s
+    source files), other weights, or written by another cosyvino / runtime version."""
+    from . import __version__
+    from .converted import MANIFEST, validate_converted_dir
+    from .errors import CosyvinoError
+
+    if not os.path.isfile(os.path.join(out_dir, MANIFEST)):
+        return None
+    try:
+        manifest = validate_converted_dir(out_dir, model_dir, runtime=runtime)
+    except CosyvinoError:
+        return None
+    key, version = _runtime_version(runtime)
+    if (manifest.get("weights", "fp32") != weights or manifest.get(key) != version
+            or manifest.get("cosyvino_version") != __version__):
+        return None
+    return f"same source files, {weights} weights, cosyvino {__version__}, {key} {version}"

@@ -46,6 +46,7 @@ RUNTIME_SUBDIRS = {"openvino": DEFAULT_SUBDIR, "onnxruntime": "onnx"}
 STAGE_EXTS = {"openvino": ".xml", "onnxruntime": ".onnx"}
 #: runtime -> ``cosyvino convert`` arguments that write it
 _CONVERT_HINT = {"openvino": "cosyvino convert", "onnxruntime": "cosyvino convert --format onnx"}
+SPEAKERS_FILE = "speakers.json"
 SOURCE_FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt")
 OPTIONAL_SOURCE_FILES = ("campplus.onnx", "speech_tokenizer_v1.onnx")
 
@@ -126,6 +127,11 @@ def _stale(msg: str, path: str, runtime: str | None = None) -> ConvertedModelErr
     return ConvertedModelError(f"{msg}; re-run `{hint}` for this model", path)
 
 
+def _with_article(word: str) -> str:
+    """``word`` with its indefinite article by spelling ("an openvino", "an onnxruntime")."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
 def read_manifest(conv_dir: str, runtime: str | None = None) -> dict:
     """The manifest of ``conv_dir``, checksum- and format-checked; with ``runtime``, also
     refused (:class:`ConvertedModelError`) when it was written for another runtime."""
@@ -144,8 +150,8 @@ def read_manifest(conv_dir: str, runtime: str | None = None) -> dict:
         raise _stale(f"{path} has format {data.get('format')!r}, this cosyvino reads "
                      f"format {FORMAT}", path, runtime)
     if runtime is not None and manifest_runtime(data) != runtime:
-        raise _stale(f"{path} is a {manifest_runtime(data)} conversion, not {runtime}", path,
-                     runtime)
+        raise _stale(f"{path} is {_with_article(manifest_runtime(data))} conversion, not "
+                     f"{runtime}", path, runtime)
     return data
 
 
@@ -187,12 +193,46 @@ def validate_converted_dir(conv_dir: str, source_dir: str | None = None,
     return data
 
 
+def is_converted_dir(path) -> bool:
+    """True when ``path`` is a converted dir itself (holds a :data:`MANIFEST`)."""
+    return os.path.isfile(os.path.join(os.fspath(path), MANIFEST))
+
+
+def read_speaker_names(conv_dir) -> list[str]:
+    """Speaker names of a converted dir (``speakers.json``, row order of ``speakers.npy``),
+    read without numpy, torch or a runtime. Raises :class:`ConvertedModelError` (naming the
+    file and the ``cosyvino convert`` command of the dir's runtime) when it is missing,
+    unreadable or not a JSON list of strings."""
+    conv_dir = os.fspath(conv_dir)
+    path = os.path.join(conv_dir, SPEAKERS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = json.load(f)
+    except (OSError, ValueError) as e:
+        names, why = None, str(e)
+    else:
+        why = "expected a JSON list of speaker names"
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        try:
+            runtime = manifest_runtime(read_manifest(conv_dir))
+        except ConvertedModelError:
+            runtime = None
+        raise _stale(f"{path}: cannot read speakers ({why})", path, runtime)
+    return names
+
+
 def find_converted_dir(model_dir: str, runtime: str = "openvino") -> tuple[str, str | None]:
     """``(converted_dir, source_dir or None)`` for a converted dir or an official dir with the
     runtime's subdir (``openvino/``, ``onnx/``: :data:`RUNTIME_SUBDIRS`). Raises
     :class:`ConvertedModelError` when there is none (the runtime of a dir given directly is
-    checked by :func:`read_manifest` / :func:`validate_converted_dir` with ``runtime``)."""
+    checked by :func:`read_manifest` / :func:`validate_converted_dir` with ``runtime``).
+
+    A ``model_dir`` that does not exist raises :class:`ConvertedModelError` (a
+    :class:`~cosyvino.errors.ModelDirError`) with the torch backend's message, "model directory
+    not found: <dir>": suggesting `cosyvino convert` for a mistyped path would mislead."""
     model_dir = os.fspath(model_dir)
+    if not os.path.isdir(model_dir):
+        raise ConvertedModelError(f"model directory not found: {model_dir}", model_dir)
     if os.path.isfile(os.path.join(model_dir, MANIFEST)):
         parent = os.path.dirname(os.path.abspath(model_dir))
         has_src = os.path.isfile(os.path.join(parent, "llm.pt"))

@@ -347,3 +347,55 @@ def test_no_torch_import():
     code = ("import sys, cosyvino.calibration as c; c.load_calibration_set(); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+PLAIN = "# my domain texts\nHello.\n\n你好。\n"
+
+
+def test_refresh_keeps_plain_texts_file_as_source(tmp_path, capsys):
+    """`refresh` on a texts.txt dir never rewrites or deletes it: it writes only the manifest
+    (recording texts.txt's sha256) and says texts.txt is the source of truth."""
+    src = tmp_path / "texts.txt"
+    src.write_text(PLAIN, encoding="utf-8")
+    assert cal.main(["refresh", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{src} left unchanged; it is the source of truth" in out
+    assert src.read_text(encoding="utf-8") == PLAIN  # comment line kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "texts.txt"]
+    manifest = json.loads((tmp_path / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["texts"] == "texts.txt"
+    assert manifest["sha256"] == hashlib.sha256(PLAIN.encode()).hexdigest()
+    assert manifest["total"] == 2
+    assert manifest["languages"]["en"]["total"] == 1 and manifest["languages"]["zh"]["total"] == 1
+    assert cal.check(tmp_path) == []
+    assert [t.text for t in load_calibration_set(tmp_path)] == ["Hello.", "你好。"]
+
+
+def test_refresh_jsonl_writes_jsonl_next_to_kept_plain_file(tmp_path, capsys):
+    src = tmp_path / "texts.txt"
+    src.write_text(PLAIN, encoding="utf-8")
+    assert cal.main(["refresh", "--jsonl", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    jsonl = tmp_path / "texts.jsonl"
+    assert f"wrote {jsonl}: it is now the source of truth (read before texts.txt)" in out
+    assert src.read_text(encoding="utf-8") == PLAIN
+    rows = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    assert [(r["id"], r["language"], r["speaker"], r["text"], r["length"]) for r in rows] == [
+        ("texts-2", "en", "英文女", "Hello.", "short"),
+        ("texts-4", "zh", "中文女", "你好。", "short")]
+    manifest = json.loads((tmp_path / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["texts"] == "texts.jsonl"
+    assert manifest["sha256"] == hashlib.sha256(jsonl.read_bytes()).hexdigest()
+    # converting the plain file again would overwrite the jsonl that is now read: refused
+    with pytest.raises(InputError, match="texts.jsonl already exists"):
+        cal.refresh(src, to_jsonl=True)
+    assert src.read_text(encoding="utf-8") == PLAIN
+
+
+def test_refresh_help_says_plain_file_is_kept(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cal.main(["--help"])
+    assert exit_info.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "refresh never modifies or deletes a plain-text texts.txt" in help_text
+    assert "--jsonl" in help_text

@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 import soundfile as sf
 from click.testing import CliRunner
 
 from cosyvino.cli import main
 from cosyvino.length_regulation import mel_frames_for_tokens
+from conftest import TINY_A
 
 
 def test_synth_writes_expected_file_via_console_script(tiny_model_dir, tmp_path):
@@ -90,3 +92,50 @@ def test_output_file_mode_follows_umask(tiny_model_dir, tmp_path):
 def test_speakers_on_missing_dir(tmp_path):
     r = CliRunner().invoke(main, ["speakers", "--model-dir", str(tmp_path / "nope")])
     assert r.exit_code == 2 and "model directory not found" in r.output
+
+
+@pytest.mark.parametrize("fixture,runtime", [("converted_dir", "openvino"),
+                                             ("onnx_dir", "onnxruntime")])
+def test_speakers_and_info_on_converted_dir(request, fixture, runtime):
+    """`speakers` and `info` read a converted dir (D/openvino, D/onnx) from its speakers.json
+    and manifest, in a process that never imports torch or the runtime."""
+    conv = request.getfixturevalue(fixture)(TINY_A)
+    official = CliRunner().invoke(main, ["speakers", "--model-dir", str(TINY_A), "--json"])
+    assert official.exit_code == 0, official.output
+    code = ("import json, sys\n"
+            "from click.testing import CliRunner\n"
+            "from cosyvino.cli import main\n"
+            "s = CliRunner().invoke(main, ['speakers', '--model-dir', sys.argv[1], '--json'])\n"
+            "i = CliRunner().invoke(main, ['info', '--model-dir', sys.argv[1], '--json'])\n"
+            "assert s.exit_code == 0 and i.exit_code == 0, (s.output, i.output)\n"
+            "print(json.dumps({'speakers': json.loads(s.output), 'info': json.loads(i.output),"
+            " 'imported': sorted({'torch', 'openvino', 'onnxruntime'} & set(sys.modules))}))\n")
+    out = subprocess.run([sys.executable, "-c", code, conv], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["imported"] == []
+    assert res["speakers"] == json.loads(official.output)
+    info = res["info"]
+    assert info["converted"] == runtime
+    assert info["path"] == os.path.abspath(conv)
+    src_info = json.loads(CliRunner().invoke(main, ["info", "--model-dir", str(TINY_A),
+                                                    "--json"]).output)
+    for key in ("synthetic", "sample_rate", "llm", "flow", "hift"):  # from the copied yaml
+        assert info[key] == src_info[key], key
+    assert info["sample_rate"] == 22050
+    assert info["speakers"] == ", ".join(res["speakers"])
+    ext = ".xml" if runtime == "openvino" else ".onnx"
+    assert {f"llm{ext}", "speakers.json", "speakers.npy"} <= set(info["files"])
+    assert all(v.endswith(" MB") or " MB (" in v for v in info["files"].values())
+    assert "llm.pt" not in info["files"] and "parameters" not in info
+
+
+def test_speakers_on_converted_dir_with_bad_speakers_file(tmp_path):
+    from cosyvino.converted import write_manifest
+
+    write_manifest(str(tmp_path), {"format": 1, "runtime": "onnxruntime", "files": {}})
+    r = CliRunner().invoke(main, ["speakers", "--model-dir", str(tmp_path)])
+    assert r.exit_code == 2
+    assert "speakers.json: cannot read speakers" in r.output
+    assert "cosyvino convert --format onnx" in r.output

@@ -227,3 +227,32 @@ def test_prepare_converts_once_and_reuses(tmp_path, onnx_dir, converted_dir):
     pytest.importorskip("openvino")
     with pytest.raises(ConvertedModelError, match="openvino conversion"):
         ONNXRuntimeBackend.prepare(converted_dir(TINY_A))
+
+
+def test_convert_keeps_an_up_to_date_conversion(tmp_path):
+    """A second `cosyvino convert` with the same sources/versions keeps the dir (README command 1
+    runs convert every time); a changed source or --force converts again."""
+    from click.testing import CliRunner
+
+    from cosyvino.cli import main
+    from cosyvino.models.synthetic import make_model
+
+    src = make_model("tiny", tmp_path / "m", seed=5)
+    args = ["convert", "--format", "onnx", "--model-dir", str(src)]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    manifest = tmp_path / "m" / "onnx" / "manifest.json"
+    stamp = manifest.stat().st_mtime_ns
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert "kept" in again.output and "up to date" in again.output
+    assert manifest.stat().st_mtime_ns == stamp
+    forced = CliRunner().invoke(main, args + ["--force"])
+    assert forced.exit_code == 0 and "wrote" in forced.output
+    assert manifest.stat().st_mtime_ns != stamp
+    stamp = manifest.stat().st_mtime_ns
+    with open(tmp_path / "m" / "cosyvoice.yaml", "a", encoding="utf-8") as f:
+        f.write("\n# edited\n")
+    changed = CliRunner().invoke(main, args)
+    assert changed.exit_code == 0 and "wrote" in changed.output
+    assert manifest.stat().st_mtime_ns != stamp

@@ -241,3 +241,67 @@ def test_quantized_llm_dir_is_served(tmp_path):
     assert plan.precision["llm_weights"] == "int8"
     assert plan.model_dir == str(model / "openvino-int8-llm")
     assert "INT8" in _reason(plan, "llm_weights")
+
+
+def _write_ov_dir(d, file_precisions: dict, quant_stages: dict | None = None) -> None:
+    """A converted dir whose manifest records per-file stage and precision as `cosyvino
+    quantize` writes them (and, for a quantized dir, its ``quantization.stages``)."""
+    import json
+
+    d.mkdir(parents=True)
+    files = {}
+    for stem, prec in file_precisions.items():
+        for ext in (".xml", ".bin"):
+            files[stem + ext] = {"digest": "0", "size": 1, "stage": stem, "precision": prec}
+    manifest = {"format": 1, "files": files}
+    if quant_stages:
+        manifest["quantization"] = {"preset": "int8", "stages": {
+            s: {"precision": p, "seconds": 1.0} for s, p in quant_stages.items()}}
+    (d / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_int8_preset_dir_precisions_reach_the_plan(tmp_path):
+    """`cosyvino quantize --preset int8` output: LLM + text encoder int8-weights, flow encoder
+    and estimator int8-static, HiFT and length regulator fp16 storage. The plan's per-stage
+    precision is the served dir's: flow and estimator int8, vocoder in the compute precision."""
+    from cosyvino.planner.inventory import model_inventory
+
+    model = tmp_path / "model"
+    fp32 = {s: "fp32" for s in ("llm", "text_encoder", "flow_encoder", "length_regulator",
+                                "estimator", "hift_f0", "hift_decode")}
+    _write_ov_dir(model / "openvino", fp32)
+    int8 = dict(fp32, llm="int8-weights", text_encoder="int8-weights",
+                flow_encoder="int8-static", estimator="int8-static", length_regulator="fp16",
+                hift_f0="fp16", hift_decode="fp16")
+    _write_ov_dir(model / "openvino-int8", int8,
+                  {s: p for s, p in int8.items() if p != "fp32"})
+    (model / "cosyvoice.yaml").write_text("")
+    inv = model_inventory(str(model))
+    served = inv["openvino"]["dir_precisions"][str(model / "openvino-int8")]
+    assert served == {"llm": "int8", "flow": "int8", "estimator": "int8", "vocoder": "fp16"}
+    assert inv["openvino"]["dir_precisions"][str(model / "openvino")] == {
+        s: "fp32" for s in ("llm", "flow", "estimator", "vocoder")}
+    assert inv["openvino"]["quantized_dir"] == str(model / "openvino-int8")
+    plan = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino")
+    assert plan.model_dir == str(model / "openvino-int8")
+    assert plan.precision == {"llm_weights": "int8", "llm": "fp32", "flow": "int8",
+                              "estimator": "int8", "vocoder": "fp32"}
+    assert "INT8 flow IR on disk" in _reason(plan, "flow_precision")
+
+
+def test_int4_llm_dir_reports_int4_weights(tmp_path):
+    """An INT4-LLM dir: llm_weights int4 (the lowest precision of the stage wins over the fp32
+    files copied next to it), every other stage in the compute precision."""
+    from cosyvino.planner.inventory import model_inventory
+
+    model = tmp_path / "model"
+    fp32 = {s: "fp32" for s in ("llm", "flow_encoder", "estimator", "hift_decode")}
+    _write_ov_dir(model / "openvino", fp32)
+    _write_ov_dir(model / "openvino-int4-llm", {"text_encoder": "fp32", **fp32,
+                                                 "llm": "int4-weights"}, {"llm": "int4-weights"})
+    (model / "cosyvoice.yaml").write_text("")
+    inv = model_inventory(str(model))
+    plan = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino")
+    assert plan.model_dir == str(model / "openvino-int4-llm")
+    assert plan.precision["llm_weights"] == "int4" and "INT4" in _reason(plan, "llm_weights")
+    assert {plan.precision[s] for s in ("flow", "estimator", "vocoder")} == {"fp32"}

@@ -256,3 +256,107 @@ def test_builtin_capabilities_on_real_dirs(tmp_path):
     assert o.ready and o.load_dir == str(model) and o.resident_bytes == 1800
     assert o.relative_speed == (1.8 if probe.bf16 else 1.3)
     assert ("bf16" in o.precisions) == probe.bf16
+
+
+def test_plan_reasons_name_the_backend_once(monkeypatch, tmp_path):
+    """A plugin whose reason starts with its own name ("mine: ...", as the base class's default
+    does) is shown once in the candidate decision and in the not-chosen list."""
+    from cosyvino.backends import Capabilities
+    from cosyvino.planner.report import format_plan
+
+    prefixed = _backend("prefixed", Capabilities(ready=True, reason="prefixed: graphs in /m",
+                                                 relative_speed=3.0))
+    later = _backend("later", Capabilities(ready=False, reason="later: run `later-convert`"))
+    plan = _plan_with(monkeypatch, tmp_path, [prefixed, later])
+    assert plan.backend == "prefixed"
+    assert plan.decision("candidate:prefixed")["reason"] == "graphs in /m, ~3x torch"
+    assert plan.decision("candidate:later")["reason"] == "run `later-convert`"
+    reason = plan.decision("backend")["reason"]
+    assert reason.startswith("graphs in /m (fastest ready backend, ~3x torch)")
+    assert "later: not ready: run `later-convert`" in reason
+    text = format_plan(plan)
+    assert "prefixed: graphs" not in text and "later: later:" not in text
+    assert text.count("run `later-convert`") == 2   # its candidate line + the not-chosen list
+
+
+_BAD_PLUGIN = '''
+import os
+
+import cosyvino
+from cosyvino.backends import Backend
+from cosyvino.errors import ModelDirError
+
+
+class PrepareIsEllipsis(Backend):
+    """prepare() copied from a skeleton whose body is `...`: returns None."""
+    name = "prep-none"
+
+    @classmethod
+    def prepare(cls, model_dir, out_dir=None, progress=None):
+        ...
+
+    @classmethod
+    def load(cls, model_dir, **options):
+        raise TypeError("load() must not be reached with a bad prepared dir")
+
+
+class LoadReturnsNone(Backend):
+    name = "load-none"
+
+    @classmethod
+    def load(cls, model_dir, **options):
+        if not os.path.isdir(model_dir):
+            raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
+
+
+@cosyvino.hookimpl
+def register_backends(register):
+    register(PrepareIsEllipsis)
+    register(LoadReturnsNone)
+'''
+
+_BAD_PLUGIN_TESTS = '''
+from cosyvino.testing import BackendConformance
+
+
+class TestPrepNone(BackendConformance):
+    backend = "prep-none"
+
+
+class TestLoadNone(BackendConformance):
+    backend = "load-none"
+'''
+
+
+def test_conformance_names_a_bad_prepare_or_load_once(tmp_path):
+    """A plugin whose prepare() returns None (or whose load() returns None) gets one failure
+    that says so; the tests needing a loaded model are skipped, not errors from deep inside."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    dist = site / "bad_conformance_plugin-0.0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: bad-conformance-plugin\n"
+                                   "Version: 0.0.1\n")
+    (dist / "entry_points.txt").write_text("[cosyvino]\nbadconf = bad_conformance_plugin\n")
+    (site / "bad_conformance_plugin.py").write_text(_BAD_PLUGIN)
+    (tmp_path / "test_bad_conformance.py").write_text(_BAD_PLUGIN_TESTS)
+    env = dict(os.environ, COSYVINO_PLUGINS="badconf", COLUMNS="400",
+               PYTHONPATH=os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH"))
+                                          if p))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), str(tmp_path / "test_bad_conformance.py")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                       check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    failed = [ln for ln in out.splitlines() if ln.startswith("FAILED ")]
+    assert len(failed) == 2, out
+    assert "TestPrepNone::test_prepare_returns_loadable_dir" in failed[0]
+    assert "returned None (NoneType), not the path (str or os.PathLike)" in failed[0]
+    assert "TestLoadNone::test_load_returns_stages" in failed[1]
+    assert "returned NoneType, not a cosyvino.backends.Stages" in failed[1]
+    assert "must not be reached" not in out and " error" not in out.splitlines()[-1]
+    assert "skipped" in out.splitlines()[-1]

@@ -182,3 +182,20 @@ def test_settings_from_plan_without_the_planner(plan_file, tiny_model_dir, monke
     monkeypatch.setitem(sys.modules, "cosyvino.planner", None)  # import now fails
     assert settings_from_plan(plan_file) == {"model_dir": tiny_model_dir, "backend": "torch",
                                              "max_sessions": 2, "queue_size": 3, "threads": 1}
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnxruntime"])
+def test_subprocess_serve_exits_when_model_cannot_load(tmp_path, backend):
+    """A model that cannot load never becomes ready: `serve` must exit non-zero with the
+    reason on stderr instead of answering 503 not_ready forever."""
+    pytest.importorskip(backend)
+    missing = tmp_path / "nope"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "cosyvino.cli", "serve", "--backend", backend, "--model-dir",
+         str(missing), "--port", "0", "--no-cache", "--no-warmup"],
+        cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    assert (f"error: model failed to load: model directory not found: {missing}"
+            in proc.stderr.splitlines())
+    assert "Traceback" not in proc.stderr

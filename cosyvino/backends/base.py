@@ -177,14 +177,18 @@ class Backend(abc.ABC):
         """Describe what this backend would do with ``model_dir`` on the probed machine
         (``probe``: :class:`cosyvino.planner.topology.Probe` or None). The planner calls this on
         every installed backend and picks among the ready ones. Must be cheap: no model
-        loading, no heavy imports. Default: ready, speed of the torch reference.
+        loading, no heavy imports.
 
         ``probe.model`` (when it describes ``model_dir``) is the planner's inventory of the dir
         (:func:`cosyvino.planner.inventory.model_inventory`); a backend may use it instead of
         looking at the disk again. An exception raised here, or a return value that is not a
         :class:`Capabilities`, makes the planner skip this backend with a warning naming it.
+        Default: not ready when ``model_dir`` names no directory, else ready at the torch
+        backend's speed (fp32, not thread-safe, no streams or pinning).
         """
-        return Capabilities(ready=True, reason=f"{cls.name}: no capability description")
+        if model_dir is not None and not os.path.isdir(model_dir):
+            return Capabilities(ready=False, reason=f"model directory not found: {model_dir}")
+        return Capabilities(ready=True, reason="no capability description")
 
     @classmethod
     def prepare(cls, model_dir: str, out_dir: str | None = None, progress=None) -> str:

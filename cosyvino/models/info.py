@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from ..converted import is_converted_dir, manifest_runtime, read_manifest, read_speaker_names
 from ..errors import ModelDirError
 from .yaml_config import read_model_config
 
@@ -15,14 +16,21 @@ FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt", "campp
 def model_info(model_dir: str) -> dict:
     """Config highlights, file sizes (MB), parameter counts and speakers of ``model_dir``.
 
-    Raises ModelDirError / ConfigError / CheckpointError.
+    A converted dir (``cosyvino convert`` output, :func:`cosyvino.converted.is_converted_dir`)
+    is summarized from its manifest instead (:func:`_converted_info`), without torch.
+
+    Raises ModelDirError / ConfigError / CheckpointError (ConvertedModelError for a converted
+    dir whose manifest or speakers.json is edited or unreadable).
     """
-    from .checkpoint import load_spk2info, load_torch_file
     from .synthetic import is_synthetic
 
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
     cfg = read_model_config(model_dir)
+    if is_converted_dir(model_dir):
+        return _converted_info(model_dir, cfg, is_synthetic(model_dir))
+    from .checkpoint import load_spk2info, load_torch_file
+
     files = {}
     for name in FILES:
         p = os.path.join(model_dir, name)
@@ -38,6 +46,35 @@ def model_info(model_dir: str) -> dict:
     return {
         "path": os.path.abspath(model_dir),
         "synthetic": is_synthetic(model_dir),
+        **_config_summary(cfg),
+        "files": files,
+        "parameters": params,
+        "speakers": ", ".join(speakers),
+    }
+
+
+def _converted_info(conv_dir: str, cfg, synthetic: bool) -> dict:
+    """:func:`model_info` of a converted dir: runtime and source from the manifest, every file
+    it lists with its size (MB, or ``missing``) and precision, speakers from speakers.json."""
+    manifest = read_manifest(conv_dir)
+    files = {}
+    for name, rec in sorted(manifest.get("files", {}).items()):
+        p = os.path.join(conv_dir, name)
+        size = f"{os.path.getsize(p) / 1e6:.1f} MB" if os.path.isfile(p) else "missing"
+        files[name] = f"{size} ({rec['precision']})" if rec.get("precision") else size
+    return {
+        "path": os.path.abspath(conv_dir),
+        "converted": manifest_runtime(manifest),
+        "source_dir": manifest.get("source_dir"),
+        "synthetic": synthetic,
+        **_config_summary(cfg),
+        "files": files,
+        "speakers": ", ".join(read_speaker_names(conv_dir)),
+    }
+
+
+def _config_summary(cfg) -> dict:
+    return {
         "sample_rate": cfg.sample_rate,
         "llm": {"width": cfg.llm.llm_input_size, "text_encoder_blocks":
                 cfg.llm.text_encoder.num_blocks, "llm_blocks": cfg.llm.llm.num_blocks,
@@ -47,7 +84,4 @@ def model_info(model_dir: str) -> dict:
                  "n_timesteps": cfg.flow.cfm.n_timesteps,
                  "cfg_rate": cfg.flow.cfm.inference_cfg_rate},
         "hift": {"base_channels": cfg.hift.base_channels, "hop_length": cfg.hift.hop_length},
-        "files": files,
-        "parameters": params,
-        "speakers": ", ".join(speakers),
     }

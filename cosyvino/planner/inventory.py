@@ -87,6 +87,16 @@ def _norm_prec(p) -> str:
             "int4-weights": "int4"}.get(p, p)
 
 
+#: weight precisions from lowest to highest; others (unknown labels) rank above fp32
+_PREC_ORDER = ("int4", "int8", "fp16", "bf16", "fp32")
+
+
+def _prec_rank(p: str | None) -> int:
+    if p is None:
+        return len(_PREC_ORDER) + 1
+    return _PREC_ORDER.index(p) if p in _PREC_ORDER else len(_PREC_ORDER)
+
+
 def _manifest_precisions(manifest) -> dict[str, str]:
     """stage -> weight precision from a manifest, tolerant of its exact layout: any dict entry
     whose name maps to a stage and which names a precision (``weights``/``precision``...);
@@ -99,10 +109,12 @@ def _manifest_precisions(manifest) -> dict[str, str]:
             label = str(obj.get("stage") or obj.get("name") or obj.get("file") or name)
             stage = _stage_of(label)
             if stage and prec:
-                # the lowest precision found for a stage is what the LLM/estimator can use
-                found.setdefault(stage, _norm_prec(prec))
-                if _norm_prec(prec) == "int8":
-                    found[stage] = "int8"
+                # the lowest precision found for a stage is what it runs in: a stage has
+                # several IRs (flow = flow_encoder + length_regulator) and `cosyvino quantize`
+                # quantizes some of them (flow_encoder int8-static, length_regulator fp16)
+                p = _norm_prec(prec)
+                if _prec_rank(p) < _prec_rank(found.get(stage)):
+                    found[stage] = p
             for k, v in obj.items():
                 visit(v, str(k))
         elif isinstance(obj, list):
@@ -136,9 +148,12 @@ def model_inventory(model_dir: str | None) -> dict:
     """What a model dir holds, without loading it.
 
     Returns {dir, exists, torch_files, torch_bytes, openvino: {present, dirs, bytes,
-    precisions}} where ``exists`` says ``cosyvoice.yaml`` is there, ``torch_files`` lists the
-    :data:`TORCH_FILES` present and ``precisions`` maps stage -> weight precision of the IRs on
-    disk ("fp32", "fp16", "int8").
+    precisions, dir_precisions[, quantized_dir]}} where ``exists`` says ``cosyvoice.yaml`` is
+    there, ``torch_files`` lists the :data:`TORCH_FILES` present, ``precisions`` maps stage ->
+    lowest weight precision of the IRs on disk in any converted dir ("fp32", "fp16", "int8",
+    "int4"; manifest labels such as ``int8-static`` / ``int8-weights`` normalized), and
+    ``dir_precisions`` maps each converted dir (absolute path) -> its own stage -> precision
+    (what the plan reports for the dir it serves).
     """
     info: dict = {"dir": model_dir or "", "exists": False, "torch_files": [], "torch_bytes": 0,
                   "openvino": {"present": False, "dirs": [], "bytes": 0, "precisions": {}}}
@@ -171,8 +186,9 @@ def model_inventory(model_dir: str | None) -> dict:
         for name in os.listdir(d):
             if name.endswith(".xml") and "int8" in name.lower() and _stage_of(name):
                 precs[_stage_of(name)] = "int8"
+        ov.setdefault("dir_precisions", {})[os.path.abspath(d)] = dict(precs)
         for stage, p in precs.items():
-            if p == "int8" or stage not in ov["precisions"]:
+            if _prec_rank(p) < _prec_rank(ov["precisions"].get(stage)):
                 ov["precisions"][stage] = p
         quantized = any(precs.get(st) in ("int8", "int4") for st in ("llm", "estimator"))
         if quantized and sub not in ("openvino", ".") and "quantized_dir" not in ov:

@@ -6,8 +6,10 @@ inputs (no I/O besides the optional model-dir inventory), so fixture probes give
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
+import os
 
 from ..backends.base import Capabilities
 from .inventory import STAGES, backend_capabilities, installed_backends, model_inventory
@@ -28,6 +30,9 @@ RUNTIME_OVERHEAD_BYTES = 512 * 2**20
 SESSION_FRACTION = 0.15
 #: install commands of built-in backends, named in the plan when their plugin is missing
 INSTALL_HINTS = {"openvino": "pip install 'cosyvino[openvino]'"}
+#: stages whose int8 IRs compute in int8 (static INT8); the LLM's int8/int4 is weight-only
+#: compression and shows as ``llm_weights``
+INT8_COMPUTE_STAGES = ("flow", "estimator", "vocoder")
 #: what a backend is assumed to offer when it could not describe itself (override only)
 UNKNOWN_CAPABILITIES = Capabilities(ready=False, reason="capabilities unknown")
 #: load average per online CPU above which the host counts as shared (pinning off)
@@ -59,14 +64,23 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
+def _own_reason(name: str, reason: str) -> str:
+    """``reason`` without a leading ``"NAME: "``: the plan names the backend already (in the
+    decision's name and in the not-chosen list), so a reason that repeats it would read twice."""
+    head, sep, rest = reason.partition(":")
+    return rest.strip() if sep and head.strip() == name and rest.strip() else reason
+
+
 def _candidates(probe: Probe, model_dir: str | None, log: _Log) -> dict[str, Capabilities]:
     """Capabilities of every installed, available backend on ``model_dir``, one decision
-    ``candidate:NAME`` each; backends that cannot describe themselves become warnings."""
+    ``candidate:NAME`` each; backends that cannot describe themselves become warnings.
+    Reasons are returned without a leading ``"NAME: "`` (:func:`_own_reason`)."""
     from ..plugins import plugin_errors
 
     backends = probe.backends
     usable = sorted(n for n, b in backends.items() if b.get("available"))
     caps, problems = backend_capabilities(usable, model_dir, probe)
+    caps = {n: dataclasses.replace(c, reason=_own_reason(n, c.reason)) for n, c in caps.items()}
     for name, err in sorted(plugin_errors().items()):
         log.warnings.append(f"backend plugin {name!r} failed to load and was skipped: {err}")
     for name in sorted(backends):
@@ -74,8 +88,9 @@ def _candidates(probe: Probe, model_dir: str | None, log: _Log) -> dict[str, Cap
             log.warnings.append(f"backend plugin {name!r} skipped: {problems[name]}")
             log.decide(f"candidate:{name}", "skipped", problems[name])
         elif name not in caps:
-            log.decide(f"candidate:{name}", "unusable", backends[name].get("reason") or
-                       "is_available() said no")
+            log.decide(f"candidate:{name}", "unusable",
+                       _own_reason(name, backends[name].get("reason") or "")
+                       or "is_available() said no")
         elif caps[name].ready:
             c = caps[name]
             log.decide(f"candidate:{name}", "ready", f"{c.reason}, ~{c.relative_speed:g}x torch")
@@ -242,13 +257,14 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                                 "computes in fp32 only")
         log.decide("precision", "fp32", f"{backend} backend computes in fp32")
         return {s: "fp32" for s in STAGES}
-    on_disk = probe.model.get(backend, {}).get("precisions", {})
+    on_disk = _served_precisions(probe, backend, caps)
     prec: dict[str, str] = {}
     llm_w = on_disk.get("llm", "fp32")
     prec["llm_weights"] = llm_w
     log.decide("llm_weights", llm_w,
-               "INT8 LLM weights found on disk (decoding is memory-bound: fewer bytes/token)"
-               if llm_w == "int8" else f"{llm_w} IRs on disk (no INT8 LLM variant found)")
+               f"{llm_w.upper()} LLM weights found on disk (decoding is memory-bound: fewer "
+               "bytes/token)" if llm_w in ("int8", "int4")
+               else f"{llm_w} IRs on disk (no INT8/INT4 LLM variant found)")
     unit = "AMX" if probe.amx_bf16 else "AVX512_BF16"
     if override:
         compute, why = override, "set by --precision (override)"
@@ -265,15 +281,33 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                why + f" (the {backend} backend applies one precision to every stage)")
     for s in STAGES:
         prec[s] = compute
-    if on_disk.get("estimator") == "int8":
+    for stage in INT8_COMPUTE_STAGES:
+        if on_disk.get(stage) != "int8":
+            continue
+        # quantized IRs run in int8 whatever the hint: the plan says what is served
+        prec[stage] = "int8"
         if "int8" in caps.precisions:
-            prec["estimator"] = "int8"
-            log.decide("estimator_precision", "int8", "INT8 estimator IR on disk and the CPU "
+            log.decide(f"{stage}_precision", "int8", f"INT8 {stage} IR on disk and the CPU "
                        "has " + ("AMX-INT8" if probe.amx else "VNNI") + " dot products")
         else:
-            log.warnings.append("INT8 estimator IR on disk but no VNNI/AMX: int8 runs slowly "
-                                "here; convert an fp32/fp16 estimator instead")
+            log.decide(f"{stage}_precision", "int8", f"INT8 {stage} IR on disk (no VNNI/AMX)")
+            log.warnings.append(f"INT8 {stage} IR on disk but no VNNI/AMX: int8 runs slowly "
+                                "here; serve an fp32/fp16 conversion instead")
     return prec
+
+
+def _served_precisions(probe: Probe, backend: str, caps: Capabilities) -> dict[str, str]:
+    """stage -> weight precision of the dir the backend serves (``caps.load_dir``, else the
+    model dir or its ``openvino/``), from the inventory section named after the backend;
+    the inventory's lowest precision over all its dirs when that dir is not in it."""
+    inv = probe.model.get(backend, {})
+    by_dir = inv.get("dir_precisions", {})
+    root = caps.load_dir or probe.model.get("dir") or ""
+    if root:
+        for d in (root, os.path.join(root, "openvino")):
+            if os.path.abspath(d) in by_dir:
+                return by_dir[os.path.abspath(d)]
+    return inv.get("precisions", {})
 
 
 _OV_PREC = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}

@@ -317,6 +317,9 @@ class AppState:
         self.fingerprint = ""
         self.jobs: set = set()
         self.started_at = time.time()
+        #: called (from the loader thread) with the exception when the model fails to load;
+        #: :mod:`cosyvino.server.runner` sets it to stop the server
+        self.on_load_failed = None
 
     @property
     def sample_rate(self) -> int:
@@ -341,6 +344,10 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         def load():
             state.pool.load()
             state.on_loaded()
+            if state.pool.load_error is not None and state.on_load_failed is not None:
+                # a model that cannot load never will: let the process exit (runner) rather
+                # than serve 503 not_ready forever to a `until curl .../ready` loop
+                state.on_load_failed(state.pool.load_error)
 
         loader = threading.Thread(target=load, name="cosyvino-load", daemon=True)
         loader.start()

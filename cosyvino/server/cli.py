@@ -68,7 +68,7 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, backend, threads, max_
     """
     try:
         from .config import ServerConfig, find_plan, settings_from_plan
-        from .runner import run
+        from .runner import ModelLoadFailed, run
     except ImportError as e:  # the server extra is missing
         click.echo(f"error: the server needs extra packages ({e.name}): "
                    "pip install 'cosyvino[server]'", err=True)
@@ -102,4 +102,8 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, backend, threads, max_
     click.echo(f"cosyvino serve: http://{host}:{port} backend={config.backend} "
                f"sessions={config.max_sessions} queue={config.queue_size} "
                f"threads={config.threads or 'default'} ({source})", err=True)
-    run(config, host, port, log_level=log_level)
+    try:
+        run(config, host, port, log_level=log_level)
+    except ModelLoadFailed as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2 if isinstance(e.__cause__, CosyvinoError) else 1)

@@ -24,6 +24,12 @@ class DrainingServer(uvicorn.Server):
         self.cosyvino_state.pool.draining = True
         super().handle_exit(sig, frame)
 
+    def stop_on_load_failure(self, error: BaseException) -> None:
+        """Stop serving (the model failed to load); called from the loader thread."""
+        log.error("stopping: the model failed to load (%s)", error)
+        self.cosyvino_state.pool.draining = True
+        self.should_exit = True
+
     @property
     def port(self) -> int | None:
         """The bound port (useful with port 0)."""
@@ -42,12 +48,25 @@ def make_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000,
                           timeout_graceful_shutdown=(graceful_timeout
                                                      if graceful_timeout is not None
                                                      else config.request_timeout))
-    return DrainingServer(ucfg, app.state.cosyvino)
+    server = DrainingServer(ucfg, app.state.cosyvino)
+    app.state.cosyvino.on_load_failed = server.stop_on_load_failure
+    return server
+
+
+class ModelLoadFailed(Exception):
+    """The server stopped because its model failed to load; ``__cause__`` is the error."""
 
 
 def run(config: ServerConfig, host: str, port: int, *, log_level: str = "info",
         graceful_timeout: float | None = None) -> None:
+    """Serve until a signal stops the server. Raises :class:`ModelLoadFailed` (from the
+    loader's exception) when the model fails to load: the server stops at once, since a
+    server that can never become ready would otherwise answer 503 ``not_ready`` forever."""
     logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    make_server(config, host, port, log_level=log_level,
-                graceful_timeout=graceful_timeout).run()
+    server = make_server(config, host, port, log_level=log_level,
+                         graceful_timeout=graceful_timeout)
+    server.run()
+    error = server.cosyvino_state.pool.load_error
+    if error is not None:
+        raise ModelLoadFailed(f"model failed to load: {error}") from error

@@ -17,6 +17,9 @@ prepares the bundled tiny golden model (:data:`cosyvino.testing.TINY_MODEL_DIR`)
 * ``is_available()`` returns ``(bool, str)``; an unavailable backend skips the loaded checks;
 * ``capabilities()`` returns a :class:`cosyvino.backends.Capabilities` (ready for the prepared
   dir, not ready and not raising for a missing dir) that agrees with ``Stages.thread_safe``;
+* ``prepare()`` returns a str / os.PathLike naming an existing dir and ``load()`` of it a
+  :class:`cosyvino.backends.Stages` (otherwise those two tests fail, saying so, and the tests
+  needing a loaded model are skipped);
 * ``prepare()``/``load()`` of a missing dir raise :class:`cosyvino.errors.ModelDirError`;
 * shapes and dtypes of every stage method (the contract in :mod:`cosyvino.backends.base`);
 * golden parity with the official implementation: text encoder, LLM input, teacher-forced
@@ -76,6 +79,25 @@ def _raises_or_converts(call, expected: np.ndarray, dtype, atol: float, what: st
     assert _maxabs(out, expected) <= atol, f"{what}: result differs from the documented dtype's"
 
 
+def _prepared_dir_problem(value) -> str | None:
+    """None when ``value`` (what ``Backend.prepare`` returned) is a str or os.PathLike naming
+    an existing dir, else what is wrong with it, in words a plugin author can act on."""
+    if not isinstance(value, (str, os.PathLike)):
+        hint = (" (an override whose body is `...` returns None: delete it to keep the "
+                "default, which returns model_dir unchanged)" if value is None else "")
+        return (f"prepare(model_dir, out_dir) returned {value!r} ({type(value).__name__}), not "
+                f"the path (str or os.PathLike) of the dir load() serves{hint}")
+    if not os.path.isdir(value):
+        return f"prepare(model_dir, out_dir) returned {os.fspath(value)!r}, not an existing dir"
+    return None
+
+
+def _not_stages(value) -> str:
+    hint = " (is its body `...`?)" if value is None else ""
+    return (f"load(prepared_dir) returned {type(value).__name__}, not a "
+            f"cosyvino.backends.Stages subclass instance{hint}")
+
+
 def _teacher_forced_rows(stages: Stages, session: LLMSession, lm_input, tokens) -> np.ndarray:
     rows = [session.forward(lm_input)]
     for tok in tokens:
@@ -123,10 +145,31 @@ class BackendConformance:
 
     @pytest.fixture(scope="class")
     @classmethod
-    def stages(cls, available_class, prepared_dir):
-        st = available_class.load(prepared_dir, **cls.load_options)
+    def loadable_dir(cls, prepared_dir) -> str:
+        """:meth:`prepared_dir` checked (str or os.PathLike naming an existing dir) and as a
+        str; a bad one skips the tests needing it: ``test_prepare_returns_loadable_dir`` is
+        the one failure that names the problem."""
+        problem = _prepared_dir_problem(prepared_dir)
+        if problem:
+            pytest.skip(f"not loaded: {problem} (see test_prepare_returns_loadable_dir)")
+        return os.fspath(prepared_dir)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def loaded(cls, available_class, loadable_dir):
+        """What ``Backend.load`` of the prepared dir returns, unchecked (closed afterwards)."""
+        st = available_class.load(loadable_dir, **cls.load_options)
         yield st
-        st.close()
+        close = getattr(st, "close", None)
+        if callable(close):
+            close()
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def stages(cls, loaded) -> Stages:
+        if not isinstance(loaded, Stages):
+            pytest.skip(f"not loaded: {_not_stages(loaded)} (see test_load_returns_stages)")
+        return loaded
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -165,27 +208,34 @@ class BackendConformance:
         if not result[0]:
             assert result[1], "an unavailable backend must say why"
 
-    def test_capabilities(self, available_class, prepared_dir, stages, tmp_path):
+    def test_capabilities(self, available_class, loadable_dir, stages, tmp_path):
         from ..planner.topology import probe_topology
 
         probe = probe_topology()
         for probe_arg in (None, probe):
-            caps = available_class.capabilities(prepared_dir, probe_arg)
+            caps = available_class.capabilities(loadable_dir, probe_arg)
             assert isinstance(caps, Capabilities)
             assert caps.ready, f"capabilities() of the prepared dir is not ready: {caps.reason}"
             assert isinstance(caps.reason, str) and caps.relative_speed > 0
             assert caps.precisions and all(isinstance(p, str) for p in caps.precisions)
-            assert caps.thread_safe == bool(stages.thread_safe)
+            assert caps.thread_safe == bool(stages.thread_safe), (
+                f"capabilities().thread_safe is {caps.thread_safe} but Stages.thread_safe is "
+                f"{bool(stages.thread_safe)}: make them agree")
             if caps.load_dir is not None:
                 assert os.path.isdir(caps.load_dir)
         missing = available_class.capabilities(str(tmp_path / "missing"), probe)
         assert isinstance(missing, Capabilities) and not missing.ready and missing.reason
 
-    def test_prepare_returns_loadable_dir(self, prepared_dir, stages):
-        assert isinstance(prepared_dir, str) and os.path.isdir(prepared_dir)
-        assert set(stages.speakers)  # loaded from the prepared dir
+    def test_prepare_returns_loadable_dir(self, prepared_dir):
+        problem = _prepared_dir_problem(prepared_dir)
+        assert problem is None, problem
 
-    def test_missing_model_dir_is_a_model_dir_error(self, available_class, tmp_path):
+    def test_load_returns_stages(self, loaded):
+        assert isinstance(loaded, Stages), _not_stages(loaded)
+        assert set(loaded.speakers), "load(): Stages.speakers is empty"
+
+    def test_missing_model_dir_is_a_model_dir_error(self, available_class, loadable_dir,
+                                                    tmp_path):
         missing = str(tmp_path / "no-such-model")
         with pytest.raises(ModelDirError) as e:
             available_class.prepare(missing, str(tmp_path / "out"))
