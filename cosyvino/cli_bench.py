@@ -15,7 +15,9 @@ import click
 from .cli_errors import friendly_errors as _friendly_errors
 
 _PRECISION = {"f32": ("f32", "f32"), "bf16": ("bf16", None), "f16": ("f16", None),
-              "u8kv": ("f32", "u8"), "default": (None, None)}
+              "u8kv": ("f32", "u8"), "default": (None, None), "vocbf16": ("f32", "f32")}
+#: precision modes that also move some stages off the common precision (``stage_precision``)
+_STAGE_PRECISION = {"vocbf16": {"hift_f0": "bf16", "hift_decode": "bf16"}}
 
 
 #: backends that serve a converted dir: backend -> (manifest runtime, `cosyvino convert` args)
@@ -46,6 +48,8 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
         opts = {"precision": p}
         if kv:
             opts["kv_cache_precision"] = kv
+        if prec in _STAGE_PRECISION:
+            opts["stage_precision"] = dict(_STAGE_PRECISION[prec])
         return name, opts
     if name == "onnxruntime":
         if prec and prec not in _ORT_VARIANTS:
@@ -61,11 +65,13 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
 @click.option("--model-dir", type=click.Path(file_okay=False), default=None,
               help="Model dir (default: the embedded default model, synthetic 300M).")
 @click.option("--backends", default="torch,openvino,onnxruntime", show_default=True,
-              help="Comma-separated; openvino[:f32|u8kv|bf16|f16|default] picks the inference "
-                   "precision (f32 = f32 compute and f32 KV cache; u8kv = f32 compute, u8 KV "
-                   "cache; default = the CPU plugin's choice); openvino@SUBDIR loads the IRs "
-                   "in MODEL_DIR/SUBDIR (e.g. openvino@openvino-int8-llm from `cosyvino "
-                   "quantize`); onnxruntime[:iobinding] serves MODEL_DIR/onnx (iobinding: the "
+              help="Comma-separated; openvino[:f32|u8kv|bf16|f16|vocbf16|default] picks the "
+                   "inference precision (f32 = f32 compute and f32 KV cache; u8kv = f32 "
+                   "compute, u8 KV cache; vocbf16 = f32 with the HiFT vocoder in bf16; "
+                   "default = the CPU plugin's choice); openvino@SUBDIR[:PREC] loads "
+                   "the IRs in MODEL_DIR/SUBDIR with that precision (e.g. "
+                   "openvino@openvino-int8:default from `cosyvino quantize`); "
+                   "onnxruntime[:iobinding] serves MODEL_DIR/onnx (iobinding: the "
                    "LLM decode loop through IO binding). A missing OpenVINO / ONNX dir is "
                    "converted once first.")
 @click.option("--tokens", type=click.IntRange(min=2), default=250, show_default=True,

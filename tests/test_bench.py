@@ -34,7 +34,7 @@ def test_bandwidth_is_positive():
 def test_markdown_table_side_by_side():
     mean = {"llm_ms_per_token": 20.0, "total_s": 10.0, "rtf": 2.0}
     res = [{"label": "torch", "load_s": 1.0, "peak_rss_mb": 100, "mean": mean},
-           {"label": "openvino", "load_s": 1.0, "peak_rss_mb": 100,
+           {"label": "openvino", "load_s": 1.0, "peak_rss_mb": 100, "load_peak_rss_mb": 61,
             "mean": dict(mean, total_s=4.0)},
            {"label": "openvino:bf16", "error": "worker exited with status -11"}]
     roof = {"bandwidth_gbs": 20.0, "per_backend": {
@@ -43,6 +43,7 @@ def test_markdown_table_side_by_side():
     table = markdown(res, roof)
     assert table.splitlines()[0] == "| metric | torch | openvino |"
     assert "| speed-up vs torch | 1.00x | 2.50x |" in table
+    assert "| peak RSS by end of load (MB) |  | 61 |" in table  # absent for torch: blank
     assert "openvino:bf16: FAILED" in table
 
 
@@ -55,6 +56,23 @@ def test_backend_specs():
         _parse_spec("openvino:f64")
     with pytest.raises(click.BadParameter):
         _parse_spec("torch:bf16")
+
+
+def test_quantized_dir_combines_with_a_precision():
+    """``openvino@SUBDIR:PREC``: the quantized dir with the CPU's default compute precision (or
+    any other), the way issue 4's INT8 columns are compared."""
+    from cosyvino.cli_bench import _split_subdir
+
+    spec, sub = _split_subdir("openvino@openvino-int8:default")
+    assert (spec, sub) == ("openvino:default", "openvino-int8")
+    assert _parse_spec(spec) == ("openvino", {"precision": None})
+    spec, sub = _split_subdir("openvino@openvino-int8:u8kv")
+    assert sub == "openvino-int8"
+    assert _parse_spec(spec) == ("openvino", {"precision": "f32", "kv_cache_precision": "u8"})
+    assert _split_subdir("openvino@openvino-int8") == ("openvino", "openvino-int8")
+    assert _parse_spec("openvino:vocbf16") == ("openvino", {
+        "precision": "f32", "kv_cache_precision": "f32",
+        "stage_precision": {"hift_f0": "bf16", "hift_decode": "bf16"}})
 
 
 def test_onnxruntime_specs():

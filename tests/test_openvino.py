@@ -116,10 +116,40 @@ def test_backend_options_reach_openvino(converted_dir):
     assert info["llm"]["INFERENCE_NUM_THREADS"] == "1"
     assert info["llm"]["KV_CACHE_PRECISION"] == "f16"
     assert info["text_encoder"]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert info["llm"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "128"  # LLM default
+    assert info["text_encoder"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "32"  # plugin default
+    tts = Synthesizer(converted_dir(TINY_A), backend="openvino", cache_dir="",
+                      properties={"DYNAMIC_QUANTIZATION_GROUP_SIZE": 64})
+    assert tts.stages.compile_info["llm"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "64"
     with pytest.raises(BackendError, match="unknown options"):
         Synthesizer(converted_dir(TINY_A), backend="openvino", no_such_option=1)
     with pytest.raises(BackendError, match="precision"):
         Synthesizer(converted_dir(TINY_A), backend="openvino", precision="f64")
+
+
+def test_stage_precision_option(converted_dir):
+    """One stage moved off the common precision (bf16; a CPU without bf16 runs it in f32);
+    that stage loses the blob cache (bf16-from-cache segfault); bad stage names / precisions
+    are BackendErrors."""
+    from cosyvino_openvino.stages import stage_properties
+
+    from cosyvino.errors import BackendError
+
+    per = stage_properties({"INFERENCE_PRECISION_HINT": "f32", "CACHE_DIR": "/c"},
+                           {"hift_decode": "bf16"})
+    assert per["hift_decode"] == {"INFERENCE_PRECISION_HINT": "bf16"}
+    assert per["estimator"] == {"INFERENCE_PRECISION_HINT": "f32", "CACHE_DIR": "/c"}
+    tts = Synthesizer(converted_dir(TINY_A), backend="openvino", num_threads=1,
+                      precision="f32", cache_dir="", stage_precision={"hift_decode": "bf16"})
+    info = tts.stages.compile_info
+    assert info["estimator"]["INFERENCE_PRECISION_HINT"] == "f32"
+    assert info["hift_decode"]["INFERENCE_PRECISION_HINT"] in ("bf16", "f32")  # f32: no bf16
+    audio = tts.synthesize("Hello.", tts.speakers[0], seed=0, num_speech_tokens=5)
+    assert audio.samples.size > 0 and np.all(np.isfinite(audio.samples))
+    with pytest.raises(BackendError, match="unknown stage 'vocoder'"):
+        stage_properties({}, {"vocoder": "bf16"})
+    with pytest.raises(BackendError, match="must be one of"):
+        stage_properties({}, {"hift_decode": "int8"})
 
 
 def test_official_dir_with_openvino_subdir_is_used(tmp_path, converted_dir):

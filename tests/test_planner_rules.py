@@ -284,14 +284,21 @@ def test_int8_preset_dir_precisions_reach_the_plan(tmp_path):
     assert inv["openvino"]["quantized_dir"] == str(model / "openvino-int8")
     plan = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino")
     assert plan.model_dir == str(model / "openvino-int8")
+    # this_machine has AMX/AVX512_BF16: with a quantized dir the vocoder runs in bf16
     assert plan.precision == {"llm_weights": "int8", "llm": "fp32", "flow": "int8",
-                              "estimator": "int8", "vocoder": "fp32"}
+                              "estimator": "int8", "vocoder": "bf16"}
     assert "INT8 flow IR on disk" in _reason(plan, "flow_precision")
+    assert "HiFT in bf16" in _reason(plan, "vocoder_precision")
+    assert plan.backend_options["precision"] == "f32"
+    assert plan.backend_options["stage_precision"] == {"hift_f0": "bf16", "hift_decode": "bf16"}
+    plain = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino",
+                      precision="fp32")
+    assert plain.precision["vocoder"] == "fp32" and "stage_precision" not in plain.backend_options
 
 
 def test_int4_llm_dir_reports_int4_weights(tmp_path):
     """An INT4-LLM dir: llm_weights int4 (the lowest precision of the stage wins over the fp32
-    files copied next to it), every other stage in the compute precision."""
+    files copied next to it), flow stages in the compute precision, the vocoder in bf16."""
     from cosyvino.planner.inventory import model_inventory
 
     model = tmp_path / "model"
@@ -304,4 +311,5 @@ def test_int4_llm_dir_reports_int4_weights(tmp_path):
     plan = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino")
     assert plan.model_dir == str(model / "openvino-int4-llm")
     assert plan.precision["llm_weights"] == "int4" and "INT4" in _reason(plan, "llm_weights")
-    assert {plan.precision[s] for s in ("flow", "estimator", "vocoder")} == {"fp32"}
+    assert {plan.precision[s] for s in ("flow", "estimator")} == {"fp32"}
+    assert plan.precision["vocoder"] == "bf16"  # quantized dir on a bf16-capable CPU

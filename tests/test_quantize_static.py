@@ -144,7 +144,12 @@ def test_int8_output_is_a_valid_converted_dir(int8):
     prec = {n: r.get("precision") for n, r in m["files"].items()}
     assert prec["llm.bin"] == prec["text_encoder.bin"] == "int8-weights"
     assert prec["estimator.bin"] == prec["flow_encoder.bin"] == "int8-static"
-    assert m["files"]["hift_decode.bin"] == src_m["files"]["hift_decode.bin"]  # HiFT fp32
+    # HiFT and the length regulator: fp32 compute from fp16-stored weights (half the bytes)
+    for stem in ("hift_decode", "hift_f0", "length_regulator"):
+        assert prec[stem + ".bin"] == prec[stem + ".xml"] == "fp16"
+        half = src_m["files"][stem + ".bin"]["size"] / 2
+        assert half <= m["files"][stem + ".bin"]["size"] < half * 1.01 + 64
+    assert m["files"]["hift_source.bin"] == src_m["files"]["hift_source.bin"]  # stays fp32
     q = m["quantization"]
     assert q["preset"] == "int8" and q["hift"] == "fp32"
     assert q["source_manifest_sha256"] == sha256_file(os.path.join(src, "manifest.json"))
@@ -163,8 +168,13 @@ def test_int8_report_fields_finite(int8):
     assert 0.0 <= llm["top1_agreement"] <= 1.0 and math.isfinite(llm["mean_kl"])
     audio = acc["audio"]
     assert audio["overall"] == "end_to_end" and audio["texts"] == 5
-    assert set(audio["scopes"]) == {"flow_encoder", "estimator", "end_to_end"}
+    assert set(audio["scopes"]) == {"flow_encoder", "length_regulator", "estimator", "vocoder",
+                                    "end_to_end"}
+    voc = audio["scopes"]["vocoder"]  # fp16-stored HiFT weights alone: fp32 mel vocoded
+    assert "mean_mel_l1" not in voc and 25.0 < voc["min_snr_db"] <= voc["mean_snr_db"] < 200.0
     for name, sc in audio["scopes"].items():
+        if name == "vocoder":
+            continue
         for key in ("mean_mel_l1", "max_mel_l1", "mean_lsd_db", "max_lsd_db", "mean_snr_db",
                     "min_snr_db"):
             assert math.isfinite(sc[key]), (name, key)
@@ -231,6 +241,26 @@ def test_audio_guard_rejects_and_leaves_nothing(converted_dir, calib_two, tmp_pa
     assert sc["vocoder"]["mean_snr_db"] == 200.0  # the monkeypatched HiFT is fp32
     assert not out.exists()
     assert os.listdir(tmp_path) == []
+
+
+def test_fp16_storage_of_an_unquantized_stage(converted_dir, calib_two, tmp_path):
+    src = converted_dir(TINY_A)
+    out, summary = quantize_model_dir(src, str(tmp_path / "fp16"), preset="int8-llm-only",
+                                      fp16_storage=("hift_decode",), eval_texts=calib_two[:1],
+                                      eval_tokens=2, speech_tokens=8, show_progress=False)
+    m = validate_converted_dir(out)
+    src_m = read_manifest(src)
+    assert m["files"]["hift_decode.bin"]["precision"] == "fp16"
+    assert m["files"]["hift_f0.bin"] == src_m["files"]["hift_f0.bin"]  # not asked for
+    st = summary["stages"]["hift_decode"]
+    assert st["precision"] == "fp16" and 0.5 <= st["size_ratio"] < 0.51
+    sc = summary["accuracy"]["audio"]["scopes"]
+    assert set(sc) == {"vocoder"}  # the fp16 stage is scored like a quantized one
+    # tiny random HiFT: ~34 dB (full-size synthetic 300M: 76 dB); 200 dB = unchanged
+    assert 25.0 < sc["vocoder"]["min_snr_db"] < 200.0
+    with pytest.raises(InputError, match="unknown stages"):
+        quantize_model_dir(src, str(tmp_path / "bad"), fp16_storage=("hifi",),
+                           show_progress=False)
 
 
 def test_guard_on_unchanged_stage_is_refused(converted_dir, tmp_path):

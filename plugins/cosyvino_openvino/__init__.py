@@ -18,7 +18,13 @@ Backend options (``Synthesizer(..., backend="openvino", **options)`` / ``load``)
     cache_dir           CACHE_DIR for compiled blobs (default ~/.cache/cosyvino/ov_cache for
                         f32, none otherwise: with OpenVINO 2026.4.1, bf16 models imported from
                         a cached blob segfaulted mid-utterance here; "" disables)
-    properties          dict of extra raw OpenVINO properties for every stage
+    properties          dict of extra raw OpenVINO properties for every stage (the LLM gets
+                        DYNAMIC_QUANTIZATION_GROUP_SIZE 128 unless this sets it: ~10 % faster
+                        INT8-weight decoding than the plugin's 32)
+    stage_precision     dict stage -> "f32" | "bf16" | "f16": that stage's compute precision
+                        instead of ``precision`` (e.g. {"hift_decode": "bf16", "hift_f0":
+                        "bf16"} with an INT8 dir: f32 where int8 weights are fastest, bf16
+                        in the vocoder); such stages skip the blob cache
     release_weight_pages  True (default): after compiling (and after each stage's first call,
                         when the CPU plugin repacks weights) drop the page-cache pages of the
                         mapped IR .bin files from this process's RSS (madvise DONTNEED) — the
