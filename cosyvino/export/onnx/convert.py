@@ -8,7 +8,8 @@ its KV cache as explicit per-layer inputs/outputs (``past_key_values.{i}.key|val
 ``present.{i}.key|value``): ONNX Runtime has no state. Every file is checked with
 ``onnx.checker``; the small tables, speakers, yaml and the manifest are written as for OpenVINO
 by :func:`cosyvino.export.common.convert_atomically` (manifest ``runtime: "onnxruntime"``), which
-also makes the output appear atomically (temp dir next to it, renamed at the end). Export-time patches: :mod:`.model_patcher`.
+also makes the output appear atomically (temp dir next to it, renamed at the end).
+Export-time patch of the estimator: :mod:`cosyvino.export.estimator_linears`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ...models.torch.length_regulator import LengthRegulatorStage
 from ...models.torch.llm import TextEncoderStage, TransformerLM
 from ...models.torch.loading import TorchModel
 from ..common import Progress, convert_atomically, llm_cache_layout
-from .model_patcher import plain_estimator_linears
+from ..estimator_linears import plain_estimator_linears
 
 RUNTIME = "onnxruntime"
 EXT = STAGE_EXTS[RUNTIME]

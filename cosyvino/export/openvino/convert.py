@@ -24,6 +24,7 @@ from ...models.torch.length_regulator import LengthRegulatorStage
 from ...models.torch.llm import TextEncoderStage
 from ...models.torch.loading import TorchModel
 from ..common import Progress, convert_atomically, llm_cache_layout
+from ..estimator_linears import plain_estimator_linears
 from .model_patcher import LLMCacheStep, sdpa_attention
 from .stateful import make_llm_stateful
 
@@ -102,7 +103,8 @@ def convert_estimator(m: TorchModel) -> ov.Model:
     t = 57
     ex = (torch.randn(2, c, t), torch.ones(2, 1, t), torch.randn(2, c, t), torch.rand(2),
           torch.randn(2, c), torch.randn(2, c, t))
-    om = _convert(m.flow.decoder.estimator, ex)
+    with plain_estimator_linears():  # 2-D constant weights: no Broadcast copy, INT8-able
+        om = _convert(m.flow.decoder.estimator, ex)
     return _dyn(om, {0: [2, c, -1], 1: [2, 1, -1], 2: [2, c, -1], 3: [2], 4: [2, c],
                      5: [2, c, -1]}, ["velocity"], ["x", "mask", "mu", "t", "spks", "cond"])
 
