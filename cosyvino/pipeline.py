@@ -36,12 +36,62 @@ def linear_resize_time(mel: np.ndarray, n_out: int) -> np.ndarray:
     return (mel[..., lo] * (1 - w) + mel[..., hi] * w).astype(np.float32)
 
 
+#: Mel frames kept from one vocoder decode window (256 frames = 2.97 s at 22050 Hz); with the
+#: context on both sides every window is ``VOCODER_CHUNK_FRAMES + 2 * VOCODER_CONTEXT_FRAMES``
+#: frames long. The decode's intermediate tensors grow with the mel length (OpenVINO, synthetic
+#: 300M: about 0.47 MB per frame in f32, 200 MB for a 5 s segment), and the CPU plugin keeps
+#: buffers for the largest input shapes it has seen: one fixed window length bounds the
+#: vocoder's share of memory whatever the segment lengths (measured, segments of 10-500 speech
+#: tokens: peak RSS 1779 -> 1616 MB against windows that vary with the segment length).
+VOCODER_CHUNK_FRAMES = 256
+#: Mel frames of context decoded on each side of a chunk and then dropped. The HiFT decode
+#: (conv_pre, two upsampling stages with their resblocks, the source STFT branch, conv_post,
+#: iSTFT) is convolutional, so an output sample depends only on nearby frames: measured on the
+#: CosyVoice-300M HiFT configuration, a change of one mel frame or one source sample moves the
+#: waveform at most 13.2 frames away. With 16 frames of context every kept sample sees exactly
+#: the inputs it sees in a whole-segment decode (tests compare chunked with whole decodes).
+VOCODER_CONTEXT_FRAMES = 16
+
+
+def vocoder_chunks(n_frames: int, chunk_frames: int | None,
+                   context: int = VOCODER_CONTEXT_FRAMES) -> list[tuple[int, int, int, int]]:
+    """Split ``n_frames`` mel frames into ``(lo, a, b, hi)`` windows: frames ``[a, b)`` are kept
+    from a decode of frames ``[lo, hi)``.
+
+    Every window is exactly ``chunk_frames + 2 * context`` frames long (one input shape for the
+    backend), has at least ``context`` frames on each side of its kept range (fewer only at
+    the segment's ends) and keeps at most ``chunk_frames``; the kept ranges tile
+    ``[0, n_frames)``. The last window is moved back to end at ``n_frames`` (its extra frames
+    are more context). One window covers everything when ``chunk_frames`` is None or the
+    segment is no longer than a window.
+    """
+    width = None if chunk_frames is None else chunk_frames + 2 * context
+    if width is None or n_frames <= width:
+        return [(0, 0, n_frames, n_frames)]
+    windows = []
+    a = 0
+    while a < n_frames:
+        lo = max(0, min(a - context, n_frames - width))
+        hi = lo + width
+        b = n_frames if hi >= n_frames else hi - context
+        windows.append((lo, a, b, hi))
+        a = b
+    return windows
+
+
 class Pipeline:
     """Text tokens -> speech tokens -> mel -> waveform on one loaded :class:`Stages`."""
 
-    def __init__(self, stages: Stages):
+    def __init__(self, stages: Stages, *,
+                 vocoder_chunk_frames: int | None = VOCODER_CHUNK_FRAMES):
+        """``vocoder_chunk_frames``: longest mel the vocoder decode gets in one call (see
+        :func:`vocoder_chunks`); None decodes every segment whole."""
+        if vocoder_chunk_frames is not None and vocoder_chunk_frames < 1:
+            raise InputError(f"vocoder_chunk_frames must be >= 1 or None, got "
+                             f"{vocoder_chunk_frames}")
         self.stages = stages
         self.config = stages.config
+        self.vocoder_chunk_frames = vocoder_chunk_frames
         self._sos, self._task = stages.llm_special_embeddings()
 
     # ---- LLM -------------------------------------------------------------------------------
@@ -186,7 +236,9 @@ class Pipeline:
                    times: StageTimes | None = None) -> np.ndarray:
         """mel float32 [1, 80, T] -> waveform float32 [hop * T] at the model rate (22050 Hz).
 
-        ``source`` float32 [1, 1, hop*T] replaces the NSF source drawn from ``rng``.
+        ``source`` float32 [1, 1, hop*T] replaces the NSF source drawn from ``rng``. f0 and the
+        NSF source (a running phase) are computed over the whole segment; the decode runs in
+        windows of :func:`vocoder_chunks` (same samples as one whole decode, bounded memory).
         """
         times = times or StageTimes()
         h = self.config.hift
@@ -199,8 +251,22 @@ class Pipeline:
                 phase, noise = draw_source_noise(rng, mel.shape[-1], h.nb_harmonics,
                                                  h.hop_length)
                 source = self.stages.vocoder_source(f0, phase, noise)
-            wav = self.stages.vocoder_decode(mel, np.ascontiguousarray(source, np.float32))
-        return np.asarray(wav, dtype=np.float32).reshape(-1)
+            wav = self._decode(mel, np.asarray(source, np.float32).reshape(1, 1, -1))
+        return wav
+
+    def _decode(self, mel: np.ndarray, source: np.ndarray) -> np.ndarray:
+        hop = self.config.hift.hop_length
+        n = mel.shape[-1]
+        if source.shape[-1] != hop * n:
+            raise InputError(f"vocoder source has {source.shape[-1]} samples, expected "
+                             f"{hop * n} (hop {hop} x {n} mel frames)")
+        pieces = []
+        for lo, a, b, hi in vocoder_chunks(n, self.vocoder_chunk_frames):
+            wav = self.stages.vocoder_decode(np.ascontiguousarray(mel[..., lo:hi]),
+                                             np.ascontiguousarray(source[..., hop * lo:hop * hi]))
+            wav = np.asarray(wav, dtype=np.float32).reshape(-1)
+            pieces.append(wav[hop * (a - lo):hop * (b - lo)])
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
     # ---- whole segment ---------------------------------------------------------------------
     def segment_to_wav(self, text_token: Sequence[int], embedding: np.ndarray,

@@ -37,6 +37,8 @@ def test_compiled_with_f32_and_reports_choice(tiny_ov):
     assert info["llm"]["INFERENCE_PRECISION_HINT"] == "f32"
     assert info["llm"]["KV_CACHE_PRECISION"] == "f32"
     assert info["estimator"]["INFERENCE_PRECISION_HINT"] == "f32"
+    # bucketed position table (bounded LLM memory while decoding), recorded for old-dir checks
+    assert tiny_ov.stages.manifest["llm"]["pos_bucket"] == 64
 
 
 # ---- converted-dir integrity ------------------------------------------------------------
@@ -245,3 +247,67 @@ def test_weight_pages_option_gives_the_same_audio(converted_dir):
     a = kept.synthesize("你好，世界。", kept.speakers[0], seed=3, num_speech_tokens=12)
     b = released.synthesize("你好，世界。", released.speakers[0], seed=3, num_speech_tokens=12)
     np.testing.assert_array_equal(a.samples, b.samples)
+
+
+class _FakeCompiled:
+    def __init__(self):
+        self.released = 0
+
+    def release_memory(self):
+        self.released += 1
+
+
+def test_intermediate_releaser_frees_idle_stages_at_quiet_transitions():
+    from cosyvino_openvino.memory import IntermediateReleaser
+
+    r = IntermediateReleaser()
+    est, voc, llm = _FakeCompiled(), _FakeCompiled(), _FakeCompiled()
+    for key, c in (("estimator", est), ("hift_decode", voc), ("llm", llm)):
+        r.register(key, c)
+    for key in ("llm", "llm", "estimator", "estimator"):  # repeated calls keep the buffers
+        r.enter(key)
+        r.exit(key)
+    assert (llm.released, est.released) == (1, 0)  # LLM released when the estimator started
+    r.enter("hift_decode")  # estimator idle: released
+    assert est.released == 1 and r.releases == 2
+    r.enter("llm")  # a second request while the vocoder runs: not quiet, nothing released
+    assert voc.released == 0
+    r.exit("hift_decode")
+    r.exit("llm")
+    r.enter("estimator")  # quiet again: the vocoder and the LLM go
+    r.exit("estimator")
+    assert (voc.released, llm.released, est.released) == (1, 2, 1)
+    assert r.releases == 4
+    off = IntermediateReleaser(enabled=False)
+    off.register("estimator", est)
+    off.enter("estimator")
+    off.exit("estimator")
+    off.enter("hift_decode")
+    assert est.released == 1 and off.releases == 0
+
+
+def test_intermediate_memory_option_gives_the_same_audio(converted_dir):
+    kept = Synthesizer(converted_dir(TINY_A), backend="openvino",
+                       release_intermediate_memory=False, **F32)
+    released = Synthesizer(converted_dir(TINY_A), backend="openvino", **F32)
+    texts = ("你好，世界。", "Hello there, world.")
+    a = [kept.synthesize(t, kept.speakers[0], seed=3, num_speech_tokens=12).samples
+         for t in texts]
+    b = [released.synthesize(t, released.speakers[0], seed=3, num_speech_tokens=12).samples
+         for t in texts]
+    assert kept.stages._intermediates.releases == 0
+    # each segment: LLM after the text encoder, then the flow stages, the vocoder stages
+    assert released.stages._intermediates.releases >= 2 * 6
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_llm_session_after_close_is_a_backend_error(converted_dir):
+    from cosyvino.errors import BackendError
+
+    stages = Synthesizer(converted_dir(TINY_A), backend="openvino", **F32).stages
+    session = stages.new_llm_session()
+    session.close()
+    session.close()  # idempotent
+    with pytest.raises(BackendError, match="after close"):
+        session.forward(np.zeros((1, 1, stages.config.llm.llm_input_size), np.float32))

@@ -186,3 +186,25 @@ def test_llm_step_exports_with_dynamic_sizes():
         assert got[1].shape == (layers, 1, heads, p + t, dk)
         for r, o in zip(ref, got):
             assert _maxabs(o, r) < 1e-6
+
+
+@torch.no_grad()
+def test_bucketed_position_table_gives_the_same_steps(loaded):
+    """forward_cached with pos_bucket > 1 (a longer position table, sliced in the attention)
+    equals the exact table for prefill and for decode steps across bucket boundaries."""
+    g = loaded.g_llm
+    lm = loaded.lm
+    x = torch.cat([loaded.lm_input(g["text_token"], g["embedding"]),
+                   SpeechEmbedStage(lm)(g["forced_speech_tokens"].reshape(1, -1))], dim=1)
+    enc = lm.llm
+    for query_side_pos in (True, False):
+        runs = []
+        for bucket in (1, 4):
+            ks, vs = enc.empty_cache()
+            outs = []
+            for start, end in ((0, 6), (6, 7), (7, 8), (8, 11), (11, x.shape[1])):
+                h, ks, vs = enc.forward_cached(x[:, start:end], ks, vs, query_side_pos, bucket)
+                outs.append(h)
+            runs.append(torch.cat(outs, dim=1))
+        assert runs[0].shape == runs[1].shape == (1, x.shape[1], enc.cfg.output_size)
+        assert _maxabs(runs[0], runs[1]) < 1e-5, query_side_pos

@@ -30,6 +30,10 @@ Backend options (``Synthesizer(..., backend="openvino", **options)`` / ``load``)
                         mapped IR .bin files from this process's RSS (madvise DONTNEED) — the
                         plugin keeps its own repacked copies, so the mapped originals only
                         doubled resident memory (fp32 300M: peak RSS 4.8 -> 2.5 GB)
+    release_intermediate_memory  True (default): when a stage starts while nothing else runs,
+                        free the intermediate buffers of the stages that ran before it
+                        (CompiledModel.release_memory + malloc_trim), so a segment holds one
+                        stage's activations at a time instead of all of them; False keeps them
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Keep the OpenVINO CPU backend's resident memory to one copy of the weights. Must not import
-torch.
+"""Keep the OpenVINO CPU backend's resident memory to one copy of the weights and one stage's
+intermediate buffers. Must not import torch.
 
 Two measured causes of the backend's peak RSS (synthetic 300M, fp32 IRs, measured with
 ``benchmarks/ov_memory.py``):
@@ -16,6 +16,14 @@ Two measured causes of the backend's peak RSS (synthetic 300M, fp32 IRs, measure
   The plugin constant-folds the Broadcast, so every weight exists ``B`` (= 2 for CFG) times
   (about 0.8 GB more after the first call). :func:`fold_weight_broadcasts` feeds the constant
   straight to the MatMul, whose numpy-style batch broadcasting gives the same product.
+
+And for the INT8 dir (synthetic 300M, 2 threads, two 250-token utterances): every compiled
+model keeps the activation buffers of the largest shapes it ran until it is released —
+:class:`IntermediateReleaser` frees them at stage transitions. (Two more causes are handled
+outside this module: a kernel + buffers kept per distinct MatMul shape, which grew the LLM by
+~0.8 MB per decoded token until its position table length was bucketed at export —
+``cosyvino.export.openvino.model_patcher.POS_BUCKET`` — and the vocoder's buffers growing with
+the mel length, bounded by fixed-size decode windows, ``cosyvino.pipeline.vocoder_chunks``.)
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import ctypes.util
 import logging
 import os
 import sys
+import threading
 
 log = logging.getLogger("cosyvino.openvino")
 
@@ -83,13 +92,17 @@ def _batch_only(weight, bcast) -> bool:
     return True
 
 
-def _madvise():
+def _c_library():
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         _libc.madvise.restype = ctypes.c_int
-    return _libc.madvise
+    return _libc
+
+
+def _madvise():
+    return _c_library().madvise
 
 
 def release_weight_pages(dirs, maps_path: str = "/proc/self/maps") -> int:
@@ -125,3 +138,70 @@ def release_weight_pages(dirs, maps_path: str = "/proc/self/maps") -> int:
         else:
             log.debug("madvise(%s) failed: errno %d", path, ctypes.get_errno())
     return advised
+
+
+def trim_heap() -> bool:
+    """Return freed heap memory to the OS (glibc ``malloc_trim(0)``); False where unavailable.
+
+    Buffers the CPU plugin frees are often below glibc's (adaptive) mmap threshold, so they go
+    back to malloc's arenas and stay in RSS until trimmed.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(_c_library().malloc_trim(0))
+    except (OSError, AttributeError):  # not glibc (e.g. musl has no malloc_trim)
+        return False
+
+
+class IntermediateReleaser:
+    """Frees a stage's intermediate buffers (``CompiledModel.release_memory()``) when another
+    stage starts while nothing else runs.
+
+    The CPU plugin keeps every compiled model's activation buffers, sized for the largest
+    shape it has run, for the model's lifetime; a segment runs the stages one after another, so
+    without this their buffers add up. A stage keeps its buffers while it runs repeatedly (LLM
+    steps, the estimator's Euler steps, the vocoder chunks) and re-allocates them once per
+    segment after a release. The LLM's KV cache lives in each session's request state, which
+    ``release_memory`` leaves alone (tested: same logits with a release between steps).
+
+    Releases happen only at quiet transitions (the starting call is the only one in flight), so
+    under concurrent requests stages are not released under each other's feet nor re-allocated
+    on every alternation. :meth:`enter` holds one lock while it releases, so a stage is never
+    released while one of its calls runs or starts.
+    """
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self._compiled: dict[str, object] = {}
+        self._in_flight: dict[str, int] = {}
+        self._dirty: set[str] = set()
+        self._lock = threading.Lock()
+        self.releases = 0  # how many release_memory() calls were made (tests, logs)
+
+    def register(self, key: str, compiled) -> None:
+        self._compiled[key] = compiled
+        self._in_flight.setdefault(key, 0)
+
+    def enter(self, key: str) -> None:
+        """A call of stage ``key`` starts (pair with :meth:`exit`)."""
+        if not self.enabled:
+            return
+        released = False
+        with self._lock:
+            self._in_flight[key] = self._in_flight.get(key, 0) + 1
+            if sum(self._in_flight.values()) == 1:
+                for other in [k for k in self._dirty if k != key]:
+                    self._dirty.discard(other)
+                    self._compiled[other].release_memory()
+                    self.releases += 1
+                    released = True
+            self._dirty.add(key)
+        if released:
+            trim_heap()
+
+    def exit(self, key: str) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._in_flight[key] = max(0, self._in_flight.get(key, 0) - 1)

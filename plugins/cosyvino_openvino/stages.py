@@ -20,7 +20,7 @@ from cosyvino.converted import STAGES, find_converted_dir, validate_converted_di
 from cosyvino.errors import BackendError
 from cosyvino.models.yaml_config import read_model_config
 
-from .memory import fold_weight_broadcasts, release_weight_pages
+from .memory import IntermediateReleaser, fold_weight_broadcasts, release_weight_pages
 
 log = logging.getLogger("cosyvino.openvino")
 
@@ -29,7 +29,7 @@ _KV_PRECISIONS = {"f32", "f16", "bf16", "u8"}
 #: backend options accepted by :class:`OpenVINOStages` (see the package docstring)
 _OPTIONS = {"num_threads", "precision", "kv_cache_precision", "performance_hint", "num_streams",
             "cpu_pinning", "cache_dir", "properties", "release_weight_pages",
-            "stage_precision"}
+            "release_intermediate_memory", "stage_precision"}
 #: properties read back after compiling and reported in ``compile_info``
 _REPORTED = ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "PERFORMANCE_HINT",
              "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING",
@@ -143,47 +143,70 @@ class _Runner:
     request (created on demand), so stage calls are thread-safe."""
 
     def __init__(self, compiled: ov.CompiledModel, name: str = "",
-                 pages: _PageReleaser | None = None):
+                 pages: _PageReleaser | None = None,
+                 intermediates: IntermediateReleaser | None = None):
         self.compiled = compiled
         self.name = name
         self._pages = pages
+        self._intermediates = intermediates or IntermediateReleaser(enabled=False)
         self._n_out = len(compiled.outputs)
         self._free = [compiled.create_infer_request()]
         self._lock = threading.Lock()
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
-        with self._lock:
-            req = self._free.pop() if self._free else self.compiled.create_infer_request()
+        self._intermediates.enter(self.name)
         try:
-            req.infer([np.ascontiguousarray(a) for a in inputs], share_inputs=True)
-            return [req.get_output_tensor(i).data.copy() for i in range(self._n_out)]
-        finally:
             with self._lock:
-                self._free.append(req)
-            if self._pages is not None:
-                self._pages.after_call(self.name)
+                req = self._free.pop() if self._free else self.compiled.create_infer_request()
+            try:
+                req.infer([np.ascontiguousarray(a) for a in inputs], share_inputs=True)
+                return [req.get_output_tensor(i).data.copy() for i in range(self._n_out)]
+            finally:
+                with self._lock:
+                    self._free.append(req)
+                if self._pages is not None:
+                    self._pages.after_call(self.name)
+        finally:
+            self._intermediates.exit(self.name)
 
 
 class OpenVINOLLMSession(LLMSession):
     """KV cache in the state of this session's own InferRequest."""
 
-    def __init__(self, compiled: ov.CompiledModel, pages: _PageReleaser | None = None):
+    def __init__(self, compiled: ov.CompiledModel, pages: _PageReleaser | None = None,
+                 intermediates: IntermediateReleaser | None = None):
+        self._intermediates = intermediates or IntermediateReleaser(enabled=False)
         self._req = compiled.create_infer_request()
         self._beam = np.zeros(1, dtype=np.int32)
         self._pages = pages
 
     def reset(self) -> None:
+        self._check_open()
         self._req.reset_state()
 
+    def close(self) -> None:
+        """Drop this session's request and with it its KV cache. Idempotent."""
+        self._req = None
+
+    def _check_open(self) -> None:
+        if self._req is None:
+            raise BackendError("LLM session used after close()")
+
     def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
-        self._req.infer({"inputs_embeds": np.ascontiguousarray(inputs_embeds, np.float32),
-                         "beam_idx": self._beam}, share_inputs=True)
+        self._check_open()
+        self._intermediates.enter("llm")
+        try:
+            self._req.infer({"inputs_embeds": np.ascontiguousarray(inputs_embeds, np.float32),
+                             "beam_idx": self._beam}, share_inputs=True)
+        finally:
+            self._intermediates.exit("llm")
         if self._pages is not None:
             self._pages.after_call("llm")
         return self._req.get_tensor("logp").data[0].copy()
 
     def cache_length(self) -> int:
         """Number of cached positions (from the first state's shape)."""
+        self._check_open()
         states = self._req.query_state()
         return int(states[0].state.shape[2]) if states else 0
 
@@ -205,6 +228,8 @@ class OpenVINOStages(ServingTablesMixin, Stages):
             raise BackendError(f"openvino backend: unknown options {unknown}; known: "
                                f"{sorted(_OPTIONS)}")
         release = bool(options.pop("release_weight_pages", True))
+        self._intermediates = IntermediateReleaser(
+            bool(options.pop("release_intermediate_memory", True)))
         stage_precision = options.pop("stage_precision", None)
         props, llm_props = compile_properties(**options)
         per_stage = stage_properties(props, stage_precision)
@@ -221,11 +246,18 @@ class OpenVINOStages(ServingTablesMixin, Stages):
             # the plugin repacks some weights lazily at the first inference (for the LLM:
             # the first prefill and the first single-token step)
             self._pages.watch(stage, 2 if stage == "llm" else 1)
+        if self.manifest.get("llm", {}).get("pos_bucket", 1) <= 1:
+            log.warning("%s: LLM exported before bucketed position tables; the CPU plugin keeps "
+                        "~1 MB per decoded token of such an LLM until the model is unloaded. "
+                        "Re-run `cosyvino convert --force` (and `cosyvino quantize`) to get "
+                        "bounded memory.", conv_dir)
         log.info("openvino %s: compiled %s; CPU chose %s", ov.get_version(), conv_dir,
                  self.compile_info["llm"])
         self._llm = compiled["llm"]
-        self._runners = {k: _Runner(v, k, self._pages) for k, v in compiled.items()
-                         if k != "llm"}
+        for k, v in compiled.items():
+            self._intermediates.register(k, v)
+        self._runners = {k: _Runner(v, k, self._pages, self._intermediates)
+                         for k, v in compiled.items() if k != "llm"}
 
     def _compile(self, path: str, cfg: dict) -> ov.CompiledModel:
         """Compile one IR; IRs with broadcast weights (:func:`fold_weight_broadcasts`) are
@@ -255,7 +287,7 @@ class OpenVINOStages(ServingTablesMixin, Stages):
         return self._runners["text_encoder"](np.asarray(text_token, np.int64))[0]
 
     def new_llm_session(self):
-        return OpenVINOLLMSession(self._llm, self._pages)
+        return OpenVINOLLMSession(self._llm, self._pages, self._intermediates)
 
     # ---- flow ------------------------------------------------------------------------------
     def flow_encode(self, tokens, embedding):

@@ -47,13 +47,15 @@ def rel_position_table(first: int, count: int, d_model: int, *, dtype: torch.dty
 def _rel_shift(raw: Tensor, keys: int) -> Tensor:
     """Turn scores over distances into scores over keys.
 
-    ``raw`` is ``[B, H, T, n]`` with column ``k`` holding distance ``r = P+T-1-k`` and
-    ``n = P + 2T - 1`` (``P = keys - T`` cached keys). Returns ``[B, H, T, keys]`` with
+    ``raw`` is ``[B, H, T, n']`` with column ``k`` holding distance ``r = P+T-1-k``, of which
+    the first ``n = P + 2T - 1`` columns are used (``P = keys - T`` cached keys). Returns ``[B, H, T, keys]`` with
     ``out[..., i, j] = raw[..., i, T-1-i+j]``, i.e. distance ``(P+i) - j`` between new query ``i``
     (absolute position ``P+i``) and key ``j``. Same zero-pad/reshape trick as upstream
     ``RelPositionMultiHeadedAttention.rel_shift``, generalised to a cache offset.
     """
-    b, h, t, n = raw.shape
+    b, h, t, _ = raw.shape
+    n = keys + t - 1
+    raw = raw[..., :n]  # a longer (bucketed, see Encoder.forward_cached) table: extra columns
     padded = F.pad(raw, (1, 0))  # [B, H, T, n+1]
     flat = padded.reshape(b, h, t * (n + 1))[:, :, t:]  # drop T leading elements -> T*n
     return flat.reshape(b, h, t, n)[:, :, :, :keys]
@@ -315,7 +317,8 @@ class Encoder(nn.Module):
         return self._finish(x)
 
     def forward_cached(self, xs: Tensor, past_k: Sequence[Tensor], past_v: Sequence[Tensor],
-                       query_side_pos: bool = False) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+                       query_side_pos: bool = False, pos_bucket: int = 1
+                       ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Causal step over new positions ``P .. P+T-1`` with an explicit KV cache (batch 1).
 
         New positions see every cached position and, among themselves, causally. Equals
@@ -327,6 +330,11 @@ class Encoder(nn.Module):
             xs: float ``[1, T, input_size]`` (``T >= 1``).
             past_k, past_v: per layer float ``[1, H, P, d_k]`` (``P`` may be 0).
             query_side_pos: see :class:`RelPositionMultiHeadedAttention`.
+            pos_bucket: build the relative position table for a multiple of this many
+                distances (the extra rows are sliced off the scores; same values). An exported
+                graph then sees a new table length only every ``pos_bucket`` decode steps: the
+                OpenVINO CPU plugin keeps a compiled kernel and buffers (~1 MB) for every
+                distinct MatMul shape it runs, which grew the LLM's memory with every token.
         Returns:
             ``(ys [1, T, output_size], present_k, present_v)``, present per layer
             ``[1, H, P+T, d_k]``.
@@ -334,7 +342,10 @@ class Encoder(nn.Module):
         t = xs.shape[1]
         p = past_k[0].shape[2]
         x = self.embed(xs)
-        pos = rel_position_table(p + t - 1, p + 2 * t - 1, self.cfg.output_size, dtype=x.dtype,
+        count = p + 2 * t - 1
+        if pos_bucket > 1:
+            count = (count + pos_bucket - 1) // pos_bucket * pos_bucket
+        pos = rel_position_table(p + t - 1, count, self.cfg.output_size, dtype=x.dtype,
                                  device=x.device)
         i = torch.arange(t, device=xs.device)
         j = torch.arange(p + t, device=xs.device)
