@@ -36,14 +36,18 @@ def linear_resize_time(mel: np.ndarray, n_out: int) -> np.ndarray:
     return (mel[..., lo] * (1 - w) + mel[..., hi] * w).astype(np.float32)
 
 
-#: Mel frames kept from one vocoder decode window (256 frames = 2.97 s at 22050 Hz); with the
-#: context on both sides every window is ``VOCODER_CHUNK_FRAMES + 2 * VOCODER_CONTEXT_FRAMES``
-#: frames long. The decode's intermediate tensors grow with the mel length (OpenVINO, synthetic
-#: 300M: about 0.47 MB per frame in f32, 200 MB for a 5 s segment), and the CPU plugin keeps
-#: buffers for the largest input shapes it has seen: one fixed window length bounds the
-#: vocoder's share of memory whatever the segment lengths (measured, segments of 10-500 speech
-#: tokens: peak RSS 1779 -> 1616 MB against windows that vary with the segment length).
+#: Most mel frames kept from one vocoder decode window (256 frames = 2.97 s at 22050 Hz). The
+#: decode's intermediate tensors grow with the mel length (OpenVINO, synthetic 300M: about
+#: 0.47 MB per frame in f32, 200 MB for a 5 s segment) and the CPU plugin keeps buffers for the
+#: input shapes it has run, so windows bound the vocoder's share of memory whatever the
+#: segment length.
 VOCODER_CHUNK_FRAMES = 256
+#: Window lengths are rounded up to a multiple of this many frames, so segments of any length
+#: give the backend a handful of input shapes. Measured (INT8 dir, HiFT bf16, one process,
+#: segments of 10-500 speech tokens): peak RSS 1779 MB with windows that follow each segment's
+#: length, 1633 MB rounded to 32, 1616 MB with one fixed length — which costs 25 % more decode
+#: work than the rounded windows on a 5 s segment.
+VOCODER_WINDOW_STEP = 32
 #: Mel frames of context decoded on each side of a chunk and then dropped. The HiFT decode
 #: (conv_pre, two upsampling stages with their resblocks, the source STFT branch, conv_post,
 #: iSTFT) is convolutional, so an output sample depends only on nearby frames: measured on the
@@ -54,20 +58,24 @@ VOCODER_CONTEXT_FRAMES = 16
 
 
 def vocoder_chunks(n_frames: int, chunk_frames: int | None,
-                   context: int = VOCODER_CONTEXT_FRAMES) -> list[tuple[int, int, int, int]]:
+                   context: int = VOCODER_CONTEXT_FRAMES,
+                   step: int = VOCODER_WINDOW_STEP) -> list[tuple[int, int, int, int]]:
     """Split ``n_frames`` mel frames into ``(lo, a, b, hi)`` windows: frames ``[a, b)`` are kept
     from a decode of frames ``[lo, hi)``.
 
-    Every window is exactly ``chunk_frames + 2 * context`` frames long (one input shape for the
-    backend), has at least ``context`` frames on each side of its kept range (fewer only at
-    the segment's ends) and keeps at most ``chunk_frames``; the kept ranges tile
-    ``[0, n_frames)``. The last window is moved back to end at ``n_frames`` (its extra frames
-    are more context). One window covers everything when ``chunk_frames`` is None or the
-    segment is no longer than a window.
+    The segment is cut into the fewest near-equal parts of at most ``chunk_frames``; all
+    windows have one length, a part plus ``context`` frames on each side rounded up to a
+    multiple of ``step``, and keep at least ``context`` frames on each side of their kept
+    range (fewer only at the segment's ends); the last window is moved back to end at
+    ``n_frames`` (its extra frames are more context). The kept ranges tile ``[0, n_frames)``.
+    One window covers everything when ``chunk_frames`` is None or the segment is no longer
+    than a part plus its context.
     """
-    width = None if chunk_frames is None else chunk_frames + 2 * context
-    if width is None or n_frames <= width:
+    if chunk_frames is None or n_frames <= chunk_frames + 2 * context:
         return [(0, 0, n_frames, n_frames)]
+    parts = -(-n_frames // chunk_frames)
+    kept = -(-n_frames // parts)
+    width = min(n_frames, -(-(kept + 2 * context) // step) * step)
     windows = []
     a = 0
     while a < n_frames:
