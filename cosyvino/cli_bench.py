@@ -15,9 +15,11 @@ import click
 from .cli_errors import friendly_errors as _friendly_errors
 
 _PRECISION = {"f32": ("f32", "f32"), "bf16": ("bf16", None), "f16": ("f16", None),
-              "u8kv": ("f32", "u8"), "default": (None, None), "vocbf16": ("f32", "f32")}
+              "u8kv": ("f32", "u8"), "default": (None, None), "vocbf16": ("f32", "f32"),
+              "served": ("f32", "u8")}
 #: precision modes that also move some stages off the common precision (``stage_precision``)
-_STAGE_PRECISION = {"vocbf16": {"hift_f0": "bf16", "hift_decode": "bf16"}}
+_STAGE_PRECISION = {"vocbf16": {"hift_f0": "bf16", "hift_decode": "bf16"},
+                    "served": {"hift_f0": "bf16", "hift_decode": "bf16"}}
 
 
 #: backends that serve a converted dir: backend -> (manifest runtime, `cosyvino convert` args)
@@ -65,10 +67,12 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
 @click.option("--model-dir", type=click.Path(file_okay=False), default=None,
               help="Model dir (default: the embedded default model, synthetic 300M).")
 @click.option("--backends", default="torch,openvino,onnxruntime", show_default=True,
-              help="Comma-separated; openvino[:f32|u8kv|bf16|f16|vocbf16|default] picks the "
-                   "inference precision (f32 = f32 compute and f32 KV cache; u8kv = f32 "
-                   "compute, u8 KV cache; vocbf16 = f32 with the HiFT vocoder in bf16; "
-                   "default = the CPU plugin's choice); openvino@SUBDIR[:PREC] loads "
+              help="Comma-separated; openvino[:f32|u8kv|bf16|f16|vocbf16|served|default] picks "
+                   "the inference precision (f32 = f32 compute and f32 KV cache; u8kv = f32 "
+                   "compute, u8 KV cache; vocbf16 = f32 with the HiFT vocoder in bf16; served "
+                   "= u8kv with the HiFT vocoder in bf16, what `cosyvino plan` serves for a "
+                   "quantized dir on a bf16 CPU; default = the CPU plugin's choice); "
+                   "openvino@SUBDIR[:PREC] loads "
                    "the IRs in MODEL_DIR/SUBDIR with that precision (e.g. "
                    "openvino@openvino-int8:default from `cosyvino quantize`); "
                    "onnxruntime[:iobinding] serves MODEL_DIR/onnx (iobinding: the "

@@ -73,6 +73,9 @@ def test_quantized_dir_combines_with_a_precision():
     assert _parse_spec("openvino:vocbf16") == ("openvino", {
         "precision": "f32", "kv_cache_precision": "f32",
         "stage_precision": {"hift_f0": "bf16", "hift_decode": "bf16"}})
+    assert _parse_spec("openvino:served") == ("openvino", {
+        "precision": "f32", "kv_cache_precision": "u8",
+        "stage_precision": {"hift_f0": "bf16", "hift_decode": "bf16"}})
 
 
 def test_onnxruntime_specs():

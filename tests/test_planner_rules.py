@@ -286,7 +286,9 @@ def test_int8_preset_dir_precisions_reach_the_plan(tmp_path):
     assert plan.model_dir == str(model / "openvino-int8")
     # this_machine has AMX/AVX512_BF16: with a quantized dir the vocoder runs in bf16
     assert plan.precision == {"llm_weights": "int8", "llm": "fp32", "flow": "int8",
-                              "estimator": "int8", "vocoder": "bf16"}
+                              "estimator": "int8", "vocoder": "bf16", "kv_cache": "u8"}
+    assert plan.backend_options["kv_cache_precision"] == "u8"
+    assert "u8 KV cache measured" in _reason(plan, "kv_cache_precision")
     assert "INT8 flow IR on disk" in _reason(plan, "flow_precision")
     assert "HiFT in bf16" in _reason(plan, "vocoder_precision")
     assert plan.backend_options["precision"] == "f32"
@@ -294,6 +296,7 @@ def test_int8_preset_dir_precisions_reach_the_plan(tmp_path):
     plain = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino",
                       precision="fp32")
     assert plain.precision["vocoder"] == "fp32" and "stage_precision" not in plain.backend_options
+    assert plain.backend_options["kv_cache_precision"] == "f32"  # --precision fp32: parity
 
 
 def test_int4_llm_dir_reports_int4_weights(tmp_path):

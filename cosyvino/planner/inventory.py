@@ -187,6 +187,7 @@ def model_inventory(model_dir: str | None) -> dict:
             if name.endswith(".xml") and "int8" in name.lower() and _stage_of(name):
                 precs[_stage_of(name)] = "int8"
         ov.setdefault("dir_precisions", {})[os.path.abspath(d)] = dict(precs)
+        ov.setdefault("dir_bytes", {})[os.path.abspath(d)] = _dir_bytes(d, (".bin",))
         for stage, p in precs.items():
             if _prec_rank(p) < _prec_rank(ov["precisions"].get(stage)):
                 ov["precisions"][stage] = p

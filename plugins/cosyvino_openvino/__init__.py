@@ -55,6 +55,10 @@ SPEED_QUANTIZED = {"openvino-int8": 2.2, "openvino-int8-llm": 1.9, "openvino-int
 #: synthetic 300M: 3.1 GB resident after load for 1.75 GB of .bin files — the CPU plugin keeps
 #: repacked weight copies next to the mapped originals)
 OPENVINO_RESIDENT_FACTOR = 1.8
+#: the same for a ``cosyvino quantize --preset int8`` dir: its 0.50 GB of .bin files held
+#: ~1.0 GB once compiled and warmed up (synthetic 300M; static INT8 stages keep more than their
+#: file size, docs/performance.md "INT8")
+OPENVINO_QUANTIZED_RESIDENT_FACTOR = 2.0
 
 
 class OpenVINOBackend(Backend):
@@ -122,11 +126,14 @@ class OpenVINOBackend(Backend):
             load_dir = (model_dir if dirs[0] in ("openvino", ".")
                         else os.path.join(model_dir or "", dirs[0]))
             what = f"IRs found in {where}/{'|'.join(dirs)}"
-        resident = int(ov["bytes"] * OPENVINO_RESIDENT_FACTOR) if ov.get("bytes") else None
+        factor, served_bytes = OPENVINO_RESIDENT_FACTOR, ov.get("bytes")
+        if qdir and ov.get("dir_bytes", {}).get(qdir):
+            factor, served_bytes = OPENVINO_QUANTIZED_RESIDENT_FACTOR, ov["dir_bytes"][qdir]
+        resident = int(served_bytes * factor) if served_bytes else None
         return Capabilities(
             ready=True, reason=what, load_dir=load_dir, relative_speed=speed,
             resident_bytes=resident,
-            resident_basis=f"OpenVINO IR .bin files x {OPENVINO_RESIDENT_FACTOR} once compiled",
+            resident_basis=f"OpenVINO IR .bin files of the served dir x {factor} once compiled",
             **common)
 
     @classmethod
