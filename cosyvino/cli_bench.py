@@ -19,7 +19,7 @@ _PRECISION = {"f32": ("f32", "f32"), "bf16": ("bf16", None), "f16": ("f16", None
               "served": ("f32", "u8")}
 #: precision modes that also move some stages off the common precision (``stage_precision``)
 _STAGE_PRECISION = {"vocbf16": {"hift_f0": "bf16", "hift_decode": "bf16"},
-                    "served": {"hift_f0": "bf16", "hift_decode": "bf16"}}
+                    "served": {"hift_f0": "bf16", "hift_decode": "bf16", "estimator": "bf16"}}
 
 
 #: backends that serve a converted dir: backend -> (manifest runtime, `cosyvino convert` args)
@@ -70,8 +70,9 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
               help="Comma-separated; openvino[:f32|u8kv|bf16|f16|vocbf16|served|default] picks "
                    "the inference precision (f32 = f32 compute and f32 KV cache; u8kv = f32 "
                    "compute, u8 KV cache; vocbf16 = f32 with the HiFT vocoder in bf16; served "
-                   "= u8kv with the HiFT vocoder in bf16, what `cosyvino plan` serves for a "
-                   "quantized dir on a bf16 CPU; default = the CPU plugin's choice); "
+                   "= u8kv with HiFT and the estimator's non-int8 ops in bf16, what `cosyvino "
+                   "plan` serves for an INT8 dir on a bf16 CPU; default = the CPU plugin's "
+                   "choice); "
                    "openvino@SUBDIR[:PREC] loads "
                    "the IRs in MODEL_DIR/SUBDIR with that precision (e.g. "
                    "openvino@openvino-int8:default from `cosyvino quantize`); "

@@ -75,7 +75,7 @@ def test_quantized_dir_combines_with_a_precision():
         "stage_precision": {"hift_f0": "bf16", "hift_decode": "bf16"}})
     assert _parse_spec("openvino:served") == ("openvino", {
         "precision": "f32", "kv_cache_precision": "u8",
-        "stage_precision": {"hift_f0": "bf16", "hift_decode": "bf16"}})
+        "stage_precision": {"hift_f0": "bf16", "hift_decode": "bf16", "estimator": "bf16"}})
 
 
 def test_onnxruntime_specs():

@@ -286,13 +286,16 @@ def test_int8_preset_dir_precisions_reach_the_plan(tmp_path):
     assert plan.model_dir == str(model / "openvino-int8")
     # this_machine has AMX/AVX512_BF16: with a quantized dir the vocoder runs in bf16
     assert plan.precision == {"llm_weights": "int8", "llm": "fp32", "flow": "int8",
-                              "estimator": "int8", "vocoder": "bf16", "kv_cache": "u8"}
+                              "estimator": "int8", "vocoder": "bf16", "kv_cache": "u8",
+                              "estimator_activations": "bf16"}
     assert plan.backend_options["kv_cache_precision"] == "u8"
     assert "u8 KV cache measured" in _reason(plan, "kv_cache_precision")
     assert "INT8 flow IR on disk" in _reason(plan, "flow_precision")
     assert "HiFT in bf16" in _reason(plan, "vocoder_precision")
     assert plan.backend_options["precision"] == "f32"
-    assert plan.backend_options["stage_precision"] == {"hift_f0": "bf16", "hift_decode": "bf16"}
+    assert plan.backend_options["stage_precision"] == {"hift_f0": "bf16", "hift_decode": "bf16",
+                                                       "estimator": "bf16"}
+    assert "52.9 vs 53.6 dB" in _reason(plan, "estimator_activations")
     plain = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino",
                       precision="fp32")
     assert plain.precision["vocoder"] == "fp32" and "stage_precision" not in plain.backend_options
