@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -131,13 +132,22 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
             "torch_imported": "torch" in sys.modules}
 
 
+def module_subprocess_env() -> dict:
+    """Environment for ``python -m cosyvino...`` children: ``-m`` puts the current directory
+    first on ``sys.path``, so a folder named ``cosyvino`` there (e.g. the directory a clone was
+    made into) would be imported instead of the installed package — PYTHONSAFEPATH=1 (Python
+    >= 3.11) leaves it off."""
+    return dict(os.environ, PYTHONSAFEPATH="1")
+
+
 def run_backend_subprocess(backend: str, model_dir: str, tokens: int, threads: int | None,
                            options: dict, timeout: float = 3600) -> dict:
     cmd = [sys.executable, "-m", "cosyvino.bench", "--worker", backend, "--model-dir",
            model_dir, "--tokens", str(tokens), "--options", json.dumps(options)]
     if threads:
         cmd += ["--threads", str(threads)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                         env=module_subprocess_env())
     if out.returncode != 0:
         msg = (out.stderr or out.stdout).strip()[-2000:]
         return {"backend": backend,

@@ -142,6 +142,7 @@ def _ensure_converted(model_dir: str, backend: str) -> str | None:
     """Make sure ``model_dir`` has ``backend``'s converted dir, running `cosyvino convert` once
     when it is missing. Returns None when it is there, else an error line for the table (the
     command then exits 1 like for any failed backend)."""
+    from .bench import module_subprocess_env
     from .converted import find_converted_dir
     from .errors import ConvertedModelError
 
@@ -155,7 +156,7 @@ def _ensure_converted(model_dir: str, backend: str) -> str | None:
     click.echo(f"bench: no {backend} model for {model_dir}; running `{cmd}` once", err=True)
     # the child's stdout goes to our fd 2 (live progress): stdout carries the table / --json
     out = subprocess.run([sys.executable, "-m", "cosyvino.cli", "convert", *args,
-                          "--model-dir", model_dir], stdout=2)
+                          "--model-dir", model_dir], stdout=2, env=module_subprocess_env())
     if out.returncode != 0:
         return (f"no converted model for {backend} in {model_dir} and `{cmd} --model-dir "
                 f"{model_dir}` failed with status {out.returncode}")

@@ -103,11 +103,21 @@ def _runtime_version(runtime: str) -> tuple[str, str]:
     return "openvino_version", openvino.get_version()
 
 
+def _pos_bucket(runtime: str) -> int:
+    """The LLM position-table bucket a fresh conversion for ``runtime`` records (an older
+    export layout is not up to date)."""
+    if runtime == "openvino":
+        from .export.openvino.model_patcher import POS_BUCKET
+        return POS_BUCKET
+    return 1
+
+
 def up_to_date_conversion(model_dir: str, out_dir: str, runtime: str, weights: str
                           ) -> str | None:
     """Why ``out_dir`` can be kept (a one-line reason), or None when it must be (re)written:
     missing, invalid (:func:`cosyvino.converted.validate_converted_dir` against ``model_dir``'s
-    source files), other weights, or written by another cosyvino / runtime version."""
+    source files), other weights, written by another cosyvino / runtime version, or with
+    another LLM export layout (``llm.pos_bucket``)."""
     from . import __version__
     from .converted import MANIFEST, validate_converted_dir
     from .errors import CosyvinoError
@@ -120,6 +130,7 @@ def up_to_date_conversion(model_dir: str, out_dir: str, runtime: str, weights: s
         return None
     key, version = _runtime_version(runtime)
     if (manifest.get("weights", "fp32") != weights or manifest.get(key) != version
-            or manifest.get("cosyvino_version") != __version__):
+            or manifest.get("cosyvino_version") != __version__
+            or manifest.get("llm", {}).get("pos_bucket", 1) != _pos_bucket(runtime)):
         return None
     return f"same source files, {weights} weights, cosyvino {__version__}, {key} {version}"

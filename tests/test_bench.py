@@ -106,3 +106,22 @@ def test_bench_without_convertible_model_reports_a_failed_row(tmp_path):
     import json
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["results"][0]["label"] == "onnxruntime" and "error" in data["results"][0]
+
+
+def test_module_subprocesses_ignore_the_current_directory():
+    """``python -m cosyvino...`` children must import the installed package even when the
+    current directory holds a folder named ``cosyvino`` (PYTHONSAFEPATH)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from cosyvino.bench import module_subprocess_env
+
+    env = module_subprocess_env()
+    assert env["PYTHONSAFEPATH"] == "1" and env["PATH"] == os.environ["PATH"]
+    with tempfile.TemporaryDirectory() as d:
+        os.mkdir(os.path.join(d, "cosyvino"))
+        out = subprocess.run([sys.executable, "-c", "import sys; print(sys.path[0] == '')"],
+                             cwd=d, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("False" if sys.version_info >= (3, 11) else "True")

@@ -311,3 +311,17 @@ def test_llm_session_after_close_is_a_backend_error(converted_dir):
     session.close()  # idempotent
     with pytest.raises(BackendError, match="after close"):
         session.forward(np.zeros((1, 1, stages.config.llm.llm_input_size), np.float32))
+
+
+def test_convert_does_not_keep_an_older_llm_export_layout(ov_copy):
+    """A dir converted before the bucketed LLM position table (manifest without
+    ``llm.pos_bucket``) is not 'up to date': `cosyvino convert` rewrites it."""
+    from cosyvino.cli_convert import up_to_date_conversion
+    from cosyvino.converted import read_manifest, write_manifest
+
+    assert up_to_date_conversion(str(TINY_A), str(ov_copy), "openvino", "fp32") is not None
+    manifest = read_manifest(str(ov_copy))
+    del manifest["llm"]["pos_bucket"]
+    manifest.pop("checksum", None)
+    write_manifest(str(ov_copy), manifest)
+    assert up_to_date_conversion(str(TINY_A), str(ov_copy), "openvino", "fp32") is None

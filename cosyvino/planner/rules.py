@@ -272,13 +272,13 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
         compute, why = "bf16", f"bf16-capable ({unit}) and measured faster by --tune"
     elif "bf16" in caps.precisions:
         compute = "fp32"
-        why = (f"CPU can do bf16 ({unit}) and OpenVINO would pick it by default, but it was "
-               "not measured faster here: fp32 keeps reference parity; `cosyvino plan --tune` "
-               "tries bf16, `--precision bf16` forces it")
+        why = (f"CPU can do bf16 ({unit}) and OpenVINO would pick it by default, but bf16 "
+               "has not been measured faster on this machine: fp32 keeps reference parity; "
+               "`cosyvino plan --tune` measures bf16, `--precision bf16` forces it")
     else:
         compute, why = "fp32", "no AMX/AVX512_BF16: fp32 (bf16 would be emulated, slower)"
     log.decide("compute_precision", compute,
-               why + f" (the {backend} backend applies one precision to every stage)")
+               why + f" (the {backend} backend applies it to every stage not moved below)")
     for s in STAGES:
         prec[s] = compute
     for stage in INT8_COMPUTE_STAGES:
