@@ -78,6 +78,15 @@ def test_mel_metrics_known_values():
     assert log_spectral_distance(ref, test) == pytest.approx(0.5 * DB_PER_NEPER / math.sqrt(2))
 
 
+def test_kl_is_zero_for_the_same_distribution_and_known_otherwise():
+    from cosyvino.quantize.accuracy import _kl
+
+    logp = np.log(np.array([0.5, 0.25, 0.25], np.float32))
+    assert 0.0 <= _kl(logp, logp + np.float32(1e-6)) < 1e-12  # mass off by 1e-6: same shape
+    q = np.log(np.array([0.25, 0.5, 0.25], np.float32))
+    assert _kl(logp, q) == pytest.approx(0.5 * math.log(2) - 0.25 * math.log(2), rel=1e-6)
+
+
 def test_snr_known_values():
     ref = np.sin(np.linspace(0, 20, 1000)).astype(np.float32)
     assert snr_db(ref, ref * 1.1) == pytest.approx(20.0, abs=1e-4)  # error = 0.1 * signal
