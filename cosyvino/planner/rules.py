@@ -300,7 +300,7 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
         log.decide("vocoder_precision", "bf16",
                    f"a quantized dir is served (its audio is already not bit-exact to fp32): "
                    f"HiFT in bf16 on {unit} measured ~2x faster at ~47 dB SNR vs fp32; the "
-                   "int8 stages keep f32 activations, measured faster than bf16 for them "
+                   "INT8 LLM keeps f32 activations, measured faster than bf16 for it "
                    "(docs/performance.md)")
     if prec.get("vocoder") == "bf16" and prec.get("estimator") == "int8":
         prec["estimator_activations"] = "bf16"
@@ -311,9 +311,9 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
     if quantized and compute == "fp32" and not override:
         prec["kv_cache"] = "u8"
         log.decide("kv_cache_precision", "u8",
-                   "a quantized dir is served: u8 KV cache measured as fast as f32 or faster "
-                   "for the INT8 LLM (29.2 vs 32.8 ms/token), with the same agreement with "
-                   "fp32 (top-1 1.000, mean KL 7.7e-8 vs 7.3e-8) and less memory "
+                   "a quantized dir is served: for the INT8 LLM a u8 KV cache measured 29.2 "
+                   "ms/token vs 32.8 with f32, top-1 agreement with fp32 1.000 either way "
+                   "(mean KL 7.7e-8 with u8 vs 7.3e-8 with f32), and less memory "
                    "(docs/performance.md)")
     return prec
 
