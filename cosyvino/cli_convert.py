@@ -103,13 +103,13 @@ def _runtime_version(runtime: str) -> tuple[str, str]:
     return "openvino_version", openvino.get_version()
 
 
-def _pos_bucket(runtime: str) -> int:
-    """The LLM position-table bucket a fresh conversion for ``runtime`` records (an older
-    export layout is not up to date)."""
+def _llm_layout(runtime: str) -> dict:
+    """The LLM export-layout manifest fields a fresh conversion for ``runtime`` records (a dir
+    with other values was written by an older exporter and is not up to date)."""
     if runtime == "openvino":
-        from .export.openvino.model_patcher import POS_BUCKET
-        return POS_BUCKET
-    return 1
+        from .export.openvino.model_patcher import LLM_LAYOUT
+        return LLM_LAYOUT
+    return {"pos_bucket": 1}
 
 
 def up_to_date_conversion(model_dir: str, out_dir: str, runtime: str, weights: str
@@ -117,7 +117,7 @@ def up_to_date_conversion(model_dir: str, out_dir: str, runtime: str, weights: s
     """Why ``out_dir`` can be kept (a one-line reason), or None when it must be (re)written:
     missing, invalid (:func:`cosyvino.converted.validate_converted_dir` against ``model_dir``'s
     source files), other weights, written by another cosyvino / runtime version, or with
-    another LLM export layout (``llm.pos_bucket``)."""
+    another LLM export layout (``llm.pos_bucket``, ``llm.query_pos_projection``)."""
     from . import __version__
     from .converted import MANIFEST, validate_converted_dir
     from .errors import CosyvinoError
@@ -131,6 +131,7 @@ def up_to_date_conversion(model_dir: str, out_dir: str, runtime: str, weights: s
     key, version = _runtime_version(runtime)
     if (manifest.get("weights", "fp32") != weights or manifest.get(key) != version
             or manifest.get("cosyvino_version") != __version__
-            or manifest.get("llm", {}).get("pos_bucket", 1) != _pos_bucket(runtime)):
+            or any(manifest.get("llm", {}).get(k, 1 if k == "pos_bucket" else None) != v
+                   for k, v in _llm_layout(runtime).items())):
         return None
     return f"same source files, {weights} weights, cosyvino {__version__}, {key} {version}"

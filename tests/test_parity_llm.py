@@ -208,3 +208,23 @@ def test_bucketed_position_table_gives_the_same_steps(loaded):
             runs.append(torch.cat(outs, dim=1))
         assert runs[0].shape == runs[1].shape == (1, x.shape[1], enc.cfg.output_size)
         assert _maxabs(runs[0], runs[1]) < 1e-5, query_side_pos
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("t", [1, 5])
+def test_exported_query_pos_projection_is_the_per_head_product(loaded, t):
+    """The OpenVINO exporter's block-diagonal form of ``q_v_h @ W_pos_h`` (a 2-D weight, so the
+    CPU plugin runs it as a FullyConnected) equals the per-head product of the 3-D weight."""
+    from cosyvino.export.openvino.model_patcher import _query_pos_projection
+
+    att = loaded.lm.llm.encoders[0].self_attn
+    torch.manual_seed(t)
+    q_v = torch.randn(1, att.h, t, att.d_k)
+    want = torch.matmul(q_v, att.linear_pos.weight.reshape(att.h, att.d_k, -1))
+    got = _query_pos_projection(att, q_v)
+    assert got.shape == want.shape == (1, att.h, t, att.h * att.d_k)
+    assert _maxabs(got, want) < 1e-5
+    # a head's rows must come from its own slice of W_pos: swapping two heads' queries moves
+    # their results (a block-structure mistake would not)
+    swapped = _query_pos_projection(att, q_v[:, [1, 0, *range(2, att.h)]])
+    assert _maxabs(swapped[:, 0], want[:, 0]) > 1e-3

@@ -71,15 +71,16 @@ def write_serving_files(m: TorchModel, model_dir: str, out_dir: str) -> list[str
 def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str, *,
                        write_stages: StageWriter, header: dict, stateful: bool,
                        progress: Progress | None = None, overwrite: bool = True,
-                       pos_bucket: int = 1) -> str:
+                       llm_layout: dict | None = None) -> str:
     """Convert ``model_dir`` into ``out_dir`` (default ``model_dir/<default_subdir>``); returns
     the absolute out_dir.
 
     ``write_stages`` writes the runtime's stage files (see :data:`StageWriter`). The manifest
     holds ``header`` (format, runtime, versions, weights: the runtime's own fields, in its
     order), then ``source_dir``, ``source``, ``files`` and ``llm`` (cache layout from
-    :func:`llm_cache_layout`, ``query_side_pos`` True, ``stateful``, ``pos_bucket`` — the
-    relative position table granularity the LLM step was exported with).
+    :func:`llm_cache_layout`, ``query_side_pos`` True, ``stateful``, then ``llm_layout``: the
+    runtime's LLM export-layout fields, e.g. OpenVINO's ``pos_bucket`` and
+    ``query_pos_projection``; ``pos_bucket`` defaults to 1).
 
     Raises ModelDirError / ConfigError / CheckpointError (bad source dir), FileExistsError
     (``out_dir`` exists and ``overwrite`` is False), whatever ``write_stages`` raises. On any
@@ -118,7 +119,8 @@ def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str,
             "source": source,
             "files": files,
             "llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
-                    "query_side_pos": True, "stateful": stateful, "pos_bucket": pos_bucket},
+                    "query_side_pos": True, "stateful": stateful, "pos_bucket": 1,
+                    **(llm_layout or {})},
         })
         replace_dir(tmp, out_dir)
     except BaseException:

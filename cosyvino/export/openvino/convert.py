@@ -25,7 +25,7 @@ from ...models.torch.llm import TextEncoderStage
 from ...models.torch.loading import TorchModel
 from ..common import Progress, convert_atomically, llm_cache_layout
 from ..estimator_linears import plain_estimator_linears
-from .model_patcher import POS_BUCKET, LLMCacheStep, sdpa_attention
+from .model_patcher import LLM_LAYOUT, LLMCacheStep, sdpa_attention
 from .stateful import make_llm_stateful
 
 WEIGHTS = ("fp32", "fp16")
@@ -168,4 +168,4 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
     }
     return convert_atomically(model_dir, out_dir, DEFAULT_SUBDIR, write_stages=write_stages,
                               header=header, stateful=True, progress=progress,
-                              overwrite=overwrite, pos_bucket=POS_BUCKET)
+                              overwrite=overwrite, llm_layout=LLM_LAYOUT)
