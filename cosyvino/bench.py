@@ -29,8 +29,8 @@ TEXTS = (
 #: (label, key in a backend result, format)
 ROWS = (
     ("model load (s)", "load_s", "{:.2f}"),
-    ("peak RSS (MB)", "peak_rss_mb", "{:.0f}"),
-    ("peak RSS by end of load (MB)", "load_peak_rss_mb", "{:.0f}"),
+    ("peak RSS (MiB)", "peak_rss_mb", "{:.0f}"),
+    ("peak RSS by end of load (MiB)", "load_peak_rss_mb", "{:.0f}"),
     ("text encoder + spk (ms)", "text_encoder_ms", "{:.1f}"),
     ("LLM prefill (ms)", "llm_prefill_ms", "{:.1f}"),
     ("LLM decode (ms)", "llm_decode_ms", "{:.0f}"),
@@ -48,6 +48,8 @@ ROWS = (
 
 
 def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (``ru_maxrss`` is in KiB on Linux); the
+    ``*_mb`` result keys keep their names for JSON readers."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

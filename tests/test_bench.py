@@ -43,7 +43,7 @@ def test_markdown_table_side_by_side():
     table = markdown(res, roof)
     assert table.splitlines()[0] == "| metric | torch | openvino |"
     assert "| speed-up vs torch | 1.00x | 2.50x |" in table
-    assert "| peak RSS by end of load (MB) |  | 61 |" in table  # absent for torch: blank
+    assert "| peak RSS by end of load (MiB) |  | 61 |" in table  # absent for torch: blank
     assert "openvino:bf16: FAILED" in table
 
 

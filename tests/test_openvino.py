@@ -287,6 +287,49 @@ def test_intermediate_releaser_frees_idle_stages_at_quiet_transitions():
     assert est.released == 1 and off.releases == 0
 
 
+def test_quiet_transitions_also_drop_weight_file_pages(tmp_path):
+    """With ``on_release`` (the backend passes its weight-page release), a quiet transition
+    that released a stage also runs the callback — once per transition, not per call — and the
+    backend wires it to the real page release when ``release_weight_pages`` is on."""
+    from cosyvino_openvino.memory import IntermediateReleaser
+
+    calls = []
+    r = IntermediateReleaser(on_release=lambda: calls.append(1))
+    for key in ("llm", "estimator"):
+        r.register(key, _FakeCompiled())
+    for key in ("llm", "llm", "llm"):  # nothing else ran yet: nothing to release
+        r.enter(key)
+        r.exit(key)
+    assert calls == []
+    r.enter("estimator")  # the LLM is released -> pages dropped once
+    r.exit("estimator")
+    r.enter("estimator")
+    r.exit("estimator")
+    assert len(calls) == 1 and r.releases == 1
+
+
+def test_backend_drops_weight_pages_at_quiet_transitions(converted_dir, monkeypatch):
+    import cosyvino_openvino.stages as stages_mod
+
+    dropped = []
+    real = stages_mod.release_weight_pages
+    monkeypatch.setattr(stages_mod, "release_weight_pages",
+                        lambda dirs: dropped.append(tuple(dirs)) or real(dirs))
+    tts = Synthesizer(converted_dir(TINY_A), backend="openvino", **F32)
+    tts.synthesize("你好。", tts.speakers[0], seed=0, num_speech_tokens=8)  # first-call drops
+    before, transitions = len(dropped), tts.stages._intermediates.releases
+    tts.synthesize("你好。", tts.speakers[0], seed=0, num_speech_tokens=8)
+    # the second segment (first-call drops all done): drops come from quiet transitions only,
+    # at most one per released stage
+    released = tts.stages._intermediates.releases - transitions
+    assert 0 < len(dropped) - before <= released
+    assert all(d[0] == tts.stages.converted_dir for d in dropped)
+    off = Synthesizer(converted_dir(TINY_A), backend="openvino", release_weight_pages=False, **F32)
+    n = len(dropped)
+    off.synthesize("你好。", off.speakers[0], seed=0, num_speech_tokens=8)
+    assert len(dropped) == n  # option off: never
+
+
 def test_intermediate_memory_option_gives_the_same_audio(converted_dir):
     kept = Synthesizer(converted_dir(TINY_A), backend="openvino",
                        release_intermediate_memory=False, **F32)

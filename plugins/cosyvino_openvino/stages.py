@@ -228,14 +228,15 @@ class OpenVINOStages(ServingTablesMixin, Stages):
             raise BackendError(f"openvino backend: unknown options {unknown}; known: "
                                f"{sorted(_OPTIONS)}")
         release = bool(options.pop("release_weight_pages", True))
-        self._intermediates = IntermediateReleaser(
-            bool(options.pop("release_intermediate_memory", True)))
+        release_intermediates = bool(options.pop("release_intermediate_memory", True))
         stage_precision = options.pop("stage_precision", None)
         props, llm_props = compile_properties(**options)
         per_stage = stage_properties(props, stage_precision)
         self.core = ov.Core()
         self.compile_info: dict[str, dict] = {}
         self._pages = _PageReleaser((conv_dir, props.get("CACHE_DIR")) if release else ())
+        self._intermediates = IntermediateReleaser(
+            release_intermediates, on_release=self._pages.release if release else None)
         compiled = {}
         for stage, stem in STAGES.items():
             cfg = dict(per_stage[stage], **llm_props) if stage == "llm" else per_stage[stage]
