@@ -21,6 +21,7 @@ from cosyvino.errors import BackendError
 from cosyvino.models.yaml_config import read_model_config
 
 from .memory import IntermediateReleaser, fold_weight_broadcasts, release_weight_pages
+from .snake import polynomial_sin_squares
 
 log = logging.getLogger("cosyvino.openvino")
 
@@ -234,6 +235,7 @@ class OpenVINOStages(ServingTablesMixin, Stages):
         per_stage = stage_properties(props, stage_precision)
         self.core = ov.Core()
         self.compile_info: dict[str, dict] = {}
+        self.load_rewrites: dict[str, dict[str, int]] = {}
         self._pages = _PageReleaser((conv_dir, props.get("CACHE_DIR")) if release else ())
         self._intermediates = IntermediateReleaser(
             release_intermediates, on_release=self._pages.release if release else None)
@@ -261,14 +263,22 @@ class OpenVINOStages(ServingTablesMixin, Stages):
                          for k, v in compiled.items() if k != "llm"}
 
     def _compile(self, path: str, cfg: dict) -> ov.CompiledModel:
-        """Compile one IR; IRs with broadcast weights (:func:`fold_weight_broadcasts`) are
-        rewritten first, the others compile from the path (its blob-cache key)."""
+        """Compile one IR; IRs with broadcast weights (:func:`fold_weight_broadcasts`) and, for
+        a stage compiled in bf16, Snake ``sin^2`` terms (:func:`polynomial_sin_squares`) are
+        rewritten first (counts in ``self.load_rewrites`` by IR file name); the others compile
+        from the path (its blob-cache key)."""
         try:
             model = self.core.read_model(path)
             folded = fold_weight_broadcasts(model)
             if folded:
                 log.debug("%s: %d MatMul weights no longer broadcast", path, folded)
-            return self.core.compile_model(model if folded else path, "CPU", cfg)
+            sines = (polynomial_sin_squares(model)
+                     if cfg.get("INFERENCE_PRECISION_HINT") == "bf16" else 0)
+            if sines:
+                log.debug("%s: %d sin^2 terms as polynomials", path, sines)
+            self.load_rewrites[os.path.basename(path)] = {"weight_broadcasts": folded,
+                                                          "sin_squares": sines}
+            return self.core.compile_model(model if folded or sines else path, "CPU", cfg)
         except Exception as e:  # openvino raises RuntimeError with a long message
             raise BackendError(f"OpenVINO failed to compile {path}: {e}") from e
 
