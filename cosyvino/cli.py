@@ -12,7 +12,7 @@ import sys
 import click
 
 from .cli_errors import friendly_errors
-from .errors import InputError, ModelDirError
+from .errors import BackendError, InputError, ModelDirError
 
 DEMO_SENTENCES = (
     ("zh", "中文女", "你好，欢迎使用 cosyvino，这是在普通服务器处理器上运行的语音合成服务。"),
@@ -180,6 +180,12 @@ def make_model_cmd(out_dir, preset, seed, hift_weight_norm, overwrite):
     from tqdm import tqdm
 
     from .models.synthetic import make_model
+
+    try:  # the generator builds our torch model to get the official keys and shapes
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise BackendError(f"cosyvino make-model needs torch ({e}); "
+                           "pip install 'cosyvino[torch]'") from e
 
     if os.path.exists(out_dir) and not overwrite:
         raise InputError(f"{out_dir} already exists; pick a new directory or use --overwrite")

@@ -139,3 +139,18 @@ def test_speakers_on_converted_dir_with_bad_speakers_file(tmp_path):
     assert r.exit_code == 2
     assert "speakers.json: cannot read speakers" in r.output
     assert "cosyvino convert --format onnx" in r.output
+
+
+def test_make_model_without_torch_is_a_typed_error(tmp_path):
+    """In an install without torch, make-model exits 2 with a one-line hint, not a traceback."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from cosyvino.cli import main\n"
+            f"main(['make-model', {str(tmp_path / 'm')!r}])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "make-model needs torch" in r.stderr and "cosyvino[torch]" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "m").exists()
