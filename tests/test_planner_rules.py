@@ -319,3 +319,16 @@ def test_int4_llm_dir_reports_int4_weights(tmp_path):
     assert plan.precision["llm_weights"] == "int4" and "INT4" in _reason(plan, "llm_weights")
     assert {plan.precision[s] for s in ("flow", "estimator")} == {"fp32"}
     assert plan.precision["vocoder"] == "bf16"  # quantized dir on a bf16-capable CPU
+
+
+def test_no_ready_backend_without_torch_warns_that_serving_will_fail(tmp_path):
+    """OpenVINO installed but the model has no IRs, torch missing: the plan still names a
+    backend (so the file is complete) but its warnings say `serve` will fail (trial finding)."""
+    ov_only = {"openvino": {"available": True, "reason": ""}}
+    p = _probe(trees.this_machine, tmp_path, backends=ov_only, model=trees.model_without_irs())
+    plan = make_plan(p)
+    assert plan.backend == "openvino" and "torch unavailable" in _reason(plan, "backend")
+    assert any("no backend is ready" in w and "will fail" in w for w in plan.warnings)
+    # with IRs there is nothing to warn about
+    ready = make_plan(_probe(trees.this_machine, tmp_path / "b", backends=ov_only))
+    assert not any("no backend is ready" in w for w in ready.warnings)
