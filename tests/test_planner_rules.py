@@ -328,7 +328,8 @@ def test_no_ready_backend_without_torch_warns_that_serving_will_fail(tmp_path):
     p = _probe(trees.this_machine, tmp_path, backends=ov_only, model=trees.model_without_irs())
     plan = make_plan(p)
     assert plan.backend == "openvino" and "torch unavailable" in _reason(plan, "backend")
-    assert any("no backend is ready" in w and "will fail" in w for w in plan.warnings)
+    assert any("no backend is ready" in w and "will fail" in w and "cosyvino[torch]" in w
+               for w in plan.warnings)
     # with IRs there is nothing to warn about
     ready = make_plan(_probe(trees.this_machine, tmp_path / "b", backends=ov_only))
     assert not any("no backend is ready" in w for w in ready.warnings)

@@ -146,7 +146,8 @@ def _choose_backend(probe: Probe, want: str | None, caps: dict[str, Capabilities
         be = sorted(caps)[0]
         log.warnings.append(f"no backend is ready for {model_dir} and torch is not installed: "
                             f"`cosyvino serve` with this plan will fail until {be} can load the "
-                            f"model ({caps[be].reason})")
+                            f"model ({caps[be].reason}); converting a checkpoint needs torch: "
+                            "pip install 'cosyvino[torch]'")
         return log.decide("backend", be, f"no backend is ready ({why}); torch unavailable; "
                                          "first usable installed backend"), caps[be]
     raise PlanError(f"no usable backend: {why}. Install one: pip install 'cosyvino[torch]'")
