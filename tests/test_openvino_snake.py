@@ -15,6 +15,7 @@ import openvino as ov  # noqa: E402
 from openvino import opset13  # noqa: E402
 
 from cosyvino import Synthesizer  # noqa: E402
+from cosyvino.quantize.metrics import snr_db  # noqa: E402
 from conftest import TINY_A  # noqa: E402
 from cosyvino_openvino.snake import polynomial_sin_squares, sin_squared  # noqa: E402
 
@@ -57,11 +58,6 @@ def test_rewrite_replaces_only_squared_sines_and_keeps_values():
     assert np.array_equal(after[1], before[1]) and np.array_equal(after[2], before[2])
 
 
-def _snr_db(ref: np.ndarray, test: np.ndarray) -> float:
-    ref, test = ref.astype(np.float64), test.astype(np.float64)
-    return float(10 * np.log10(np.sum(ref ** 2) / np.sum((ref - test) ** 2)))
-
-
 def test_backend_rewrites_the_vocoder_only_when_it_runs_in_bf16(converted_dir, monkeypatch):
     import cosyvino_openvino.stages as stages_mod
 
@@ -80,4 +76,4 @@ def test_backend_rewrites_the_vocoder_only_when_it_runs_in_bf16(converted_dir, m
     assert f32.shape == poly.shape == ref_sin.shape and np.isfinite(poly).all()
     # bf16 costs the tiny random model ~11 dB against f32 either way; the polynomial must not
     # add to it (a wrong range reduction or coefficient costs far more than 1.5 dB)
-    assert abs(_snr_db(f32, poly) - _snr_db(f32, ref_sin)) < 1.5
+    assert abs(snr_db(f32, poly) - snr_db(f32, ref_sin)) < 1.5
