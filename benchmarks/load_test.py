@@ -206,7 +206,7 @@ def main() -> int:
             url, pid = args.url.rstrip("/"), args.pid
         else:
             if args.tiny and not args.model_dir:
-                from cosyvino.models.synthetic import make_model
+                from cosyvino.families.cosyvoice1.synthetic import make_model
 
                 tmp = tempfile.TemporaryDirectory(prefix="cosyvino-load-")
                 args.model_dir = make_model("tiny", os.path.join(tmp.name, "tiny"))

@@ -24,7 +24,7 @@ def ensure_default_model(model_dir: str | None = None, *, preset: str = DEFAULT_
 
     ``say`` receives human-readable notices (default: stderr).
     """
-    from .models.synthetic import make_model
+    from cosyvino.families.cosyvoice1.synthetic import make_model
 
     say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
     path = model_dir or default_model_dir()

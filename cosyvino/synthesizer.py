@@ -18,7 +18,7 @@ from .audio import Audio
 from .backends.base import LLMSession
 from .errors import BackendError, InputError, SynthesisCancelled, UnknownSpeakerError
 from .frontend import TextFrontend
-from .pipeline import Pipeline, linear_resize_time  # noqa: F401  (re-export for users)
+from cosyvino.families.cosyvoice1.pipeline import Pipeline, linear_resize_time  # noqa: F401  (re-export for users)
 from .plugins import get_backend
 from .timing import StageTimes
 

@@ -26,7 +26,7 @@ def golden_dirs() -> list[pathlib.Path]:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     """A synthetic tiny model made by make-model (random weights, official layout)."""
-    from cosyvino.models.synthetic import make_model
+    from cosyvino.families.cosyvoice1.synthetic import make_model
 
     return make_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=3)
 
@@ -54,7 +54,7 @@ def _converter(tmp_path_factory, fmt: str):
             if pathlib.Path(src) == TINY_A:
                 from click.testing import CliRunner
 
-                from cosyvino.cli import main
+                from cosyvino.cli.main import main
                 res = CliRunner().invoke(main, ["convert", *cli_args, "--model-dir", src,
                                                 "--out", str(out)])
                 assert res.exit_code == 0, res.output

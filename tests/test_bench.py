@@ -7,14 +7,14 @@ import click
 import pytest
 
 from cosyvino.bench import llm_decode_bytes, markdown, memory_bandwidth_gbs
-from cosyvino.cli_bench import _parse_spec
-from cosyvino.models.yaml_config import read_model_config
+from cosyvino.cli.bench import _parse_spec
+from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 from conftest import TINY_A
 
 
 def test_decode_bytes_count_every_llm_weight():
     pytest.importorskip("torch")
-    from cosyvino.models.torch.llm import TransformerLM
+    from cosyvino.families.cosyvoice1.torch.llm import TransformerLM
 
     cfg = read_model_config(TINY_A / "cosyvoice.yaml")
     lm = TransformerLM(cfg.llm)
@@ -61,7 +61,7 @@ def test_backend_specs():
 def test_quantized_dir_combines_with_a_precision():
     """``openvino@SUBDIR:PREC``: the quantized dir with the CPU's default compute precision (or
     any other), the way issue 4's INT8 columns are compared."""
-    from cosyvino.cli_bench import _split_subdir
+    from cosyvino.cli.bench import _split_subdir
 
     spec, sub = _split_subdir("openvino@openvino-int8:default")
     assert (spec, sub) == ("openvino:default", "openvino-int8")
@@ -79,7 +79,7 @@ def test_quantized_dir_combines_with_a_precision():
 
 
 def test_onnxruntime_specs():
-    from cosyvino.cli_bench import _split_subdir
+    from cosyvino.cli.bench import _split_subdir
 
     assert _parse_spec("onnxruntime") == ("onnxruntime", {})
     assert _parse_spec("onnxruntime:iobinding") == ("onnxruntime", {"io_binding": True})
@@ -95,7 +95,7 @@ def test_bench_without_convertible_model_reports_a_failed_row(tmp_path):
     a FAILED row naming the command, exit status 1, no traceback."""
     from click.testing import CliRunner
 
-    from cosyvino.cli import main
+    from cosyvino.cli.main import main
 
     res = CliRunner().invoke(main, ["bench", "--backends", "onnxruntime", "--model-dir",
                                     str(tmp_path), "--json-out", str(tmp_path / "r.json")])

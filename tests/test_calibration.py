@@ -1,4 +1,4 @@
-"""The calibration text set (calib/) and its loader (cosyvino.calibration)."""
+"""The calibration text set (calib/) and its loader (cosyvino.quantize.calibration)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from cosyvino import calibration as cal
-from cosyvino.calibration import (
+from cosyvino.quantize import calibration as cal
+from cosyvino.quantize.calibration import (
     FEATURES,
     LANGUAGES,
     LENGTH_CLASSES,
@@ -338,13 +338,13 @@ def test_stale_manifest_warns(tmp_path, caplog):
     rows = TEXTS.read_text(encoding="utf-8").splitlines()[:30]
     (tmp_path / "texts.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
     shutil.copy(MANIFEST, tmp_path / "manifest.json")
-    with caplog.at_level("WARNING", logger="cosyvino.calibration"):
+    with caplog.at_level("WARNING", logger="cosyvino.quantize.calibration"):
         assert len(load_calibration_set(tmp_path)) == 30
     assert "manifest" in caplog.text
 
 
 def test_no_torch_import():
-    code = ("import sys, cosyvino.calibration as c; c.load_calibration_set(); "
+    code = ("import sys, cosyvino.quantize.calibration as c; c.load_calibration_set(); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 

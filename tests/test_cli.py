@@ -11,8 +11,8 @@ import pytest
 import soundfile as sf
 from click.testing import CliRunner
 
-from cosyvino.cli import main
-from cosyvino.length_regulation import mel_frames_for_tokens
+from cosyvino.cli.main import main
+from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
 from conftest import TINY_A
 
 

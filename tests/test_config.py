@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from cosyvino.errors import ConfigError, ModelDirError
-from cosyvino.models.presets import full_300m, tiny
-from cosyvino.models.yaml_config import read_model_config
-from cosyvino.models.yaml_writer import render_cosyvoice_yaml
+from cosyvino.families.cosyvoice1.presets import full_300m, tiny
+from cosyvino.families.cosyvoice1.yaml_config import read_model_config
+from cosyvino.families.cosyvoice1.yaml_writer import render_cosyvoice_yaml
 from conftest import TINY_A
 
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from cosyvino.errors import CheckpointError, ModelDirError
-from cosyvino.models.checkpoint import load_spk2info
-from cosyvino.models.presets import full_300m, tiny
-from cosyvino.models.synthetic import SFT_SPEAKERS, make_model
-from cosyvino.models.torch.loading import expected_checkpoint_shapes, load_torch_model
+from cosyvino.families.cosyvoice1.checkpoint import load_spk2info
+from cosyvino.families.cosyvoice1.presets import full_300m, tiny
+from cosyvino.families.cosyvoice1.synthetic import SFT_SPEAKERS, make_model
+from cosyvino.families.cosyvoice1.torch.loading import expected_checkpoint_shapes, load_torch_model
 from conftest import FIXTURES, TINY_A
 
 

@@ -185,7 +185,7 @@ def test_large_graph_weights_go_to_one_external_file(tmp_path, monkeypatch):
     """Above the protobuf limit the weights go to ``<stem>.onnx.data``; ORT still loads it
     (the limit is lowered so the tiny hift_f0 stage takes that path)."""
     from cosyvino.export.onnx import convert as conv
-    from cosyvino.models.torch.loading import load_torch_model
+    from cosyvino.families.cosyvoice1.torch.loading import load_torch_model
 
     monkeypatch.setattr(conv, "_SINGLE_FILE_LIMIT", 1000)
     m = load_torch_model(str(TINY_A))
@@ -203,7 +203,7 @@ def test_large_graph_weights_go_to_one_external_file(tmp_path, monkeypatch):
 def test_convert_cli_refuses_fp16_for_onnx(tmp_path):
     from click.testing import CliRunner
 
-    from cosyvino.cli import main
+    from cosyvino.cli.main import main
 
     res = CliRunner().invoke(main, ["convert", "--format", "onnx", "--weights", "fp16",
                                     "--model-dir", str(TINY_A), "--out", str(tmp_path / "o")])
@@ -234,8 +234,8 @@ def test_convert_keeps_an_up_to_date_conversion(tmp_path):
     runs convert every time); a changed source or --force converts again."""
     from click.testing import CliRunner
 
-    from cosyvino.cli import main
-    from cosyvino.models.synthetic import make_model
+    from cosyvino.cli.main import main
+    from cosyvino.families.cosyvoice1.synthetic import make_model
 
     src = make_model("tiny", tmp_path / "m", seed=5)
     args = ["convert", "--format", "onnx", "--model-dir", str(src)]

@@ -362,7 +362,7 @@ def test_convert_does_not_keep_an_older_llm_export_layout(ov_copy, field):
     """A dir converted before the bucketed LLM position table (manifest without
     ``llm.pos_bucket``) or before the block-diagonal positional projection (without
     ``llm.query_pos_projection``) is not 'up to date': `cosyvino convert` rewrites it."""
-    from cosyvino.cli_convert import up_to_date_conversion
+    from cosyvino.cli.convert import up_to_date_conversion
     from cosyvino.converted import read_manifest, write_manifest
 
     assert up_to_date_conversion(str(TINY_A), str(ov_copy), "openvino", "fp32") is not None

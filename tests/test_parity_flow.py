@@ -5,7 +5,7 @@ Golden dirs: ``cosyvino/testing/fixtures/tiny-a`` plus every dir in the env var
 ``golden.pt`` with a ``flow`` entry as described in shared/reference README).
 Tolerance (fp32, max abs): 1e-4.
 
-Also: :func:`cosyvino.length_regulation.interpolation_matrix` against ``F.interpolate``, the CFM
+Also: :func:`cosyvino.families.cosyvoice1.length_regulation.interpolation_matrix` against ``F.interpolate``, the CFM
 time grid against upstream's torch expression, and export-friendliness (``torch.jit.trace`` /
 ``torch.export`` with a dynamic, odd frame count).
 """
@@ -21,20 +21,20 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-from cosyvino.cfm import cosine_time_grid, solve_euler_cfg  # noqa: E402
-from cosyvino.length_regulation import (  # noqa: E402
+from cosyvino.families.cosyvoice1.cfm import cosine_time_grid, solve_euler_cfg  # noqa: E402
+from cosyvino.families.cosyvoice1.length_regulation import (  # noqa: E402
     interpolation_matrix,
     linear_interp_matrix,
     mel_frames_for_tokens,
 )
-from cosyvino.models.torch.estimator import ConditionalDecoder  # noqa: E402
-from cosyvino.models.torch.length_regulator import (  # noqa: E402
+from cosyvino.families.cosyvoice1.torch.estimator import ConditionalDecoder  # noqa: E402
+from cosyvino.families.cosyvoice1.torch.length_regulator import (  # noqa: E402
     InterpolateRegulator,
     LengthRegulatorStage,
 )
 
 from conftest import TINY_A, golden_dirs  # noqa: E402
-from cosyvino.models.yaml_config import read_model_config  # noqa: E402
+from cosyvino.families.cosyvoice1.yaml_config import read_model_config  # noqa: E402
 TOL = 1e-4
 
 
@@ -158,8 +158,8 @@ def test_mel_with_prompt_parity(model_dir):
     """prompt ⧺ tokens through the flow encoder, prompt/generated length regulation, CFM with
     the prompt mel as cond; compare the generated frames (architecture sheet 5.2)."""
     try:
-        from cosyvino.models.torch.flow import Flow
-        from cosyvino.models.torch.flow_encoder import FlowEncoderStage
+        from cosyvino.families.cosyvoice1.torch.flow import Flow
+        from cosyvino.families.cosyvoice1.torch.flow_encoder import FlowEncoderStage
     except ImportError as exc:  # pragma: no cover - the flow encoder stage is not written yet
         pytest.skip(f"flow encoder stage not importable: {exc}")
     g = _golden(model_dir)
@@ -339,7 +339,7 @@ def test_300m_keys_and_shapes_match_official():
     """Full-size modules (on the meta device) have exactly the official flow.pt keys/shapes."""
     import json
 
-    from cosyvino.models.presets import full_300m
+    from cosyvino.families.cosyvoice1.presets import full_300m
 
     ref = json.loads((Path(__file__).parent / "fixtures"
                       / "cosyvoice-300m-state-dict-keys.json").read_text())["flow.pt"]

@@ -19,22 +19,22 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cosyvino.models.torch.hift import (  # noqa: E402
+from cosyvino.families.cosyvoice1.torch.hift import (  # noqa: E402
     DecodeStage,
     F0Stage,
     HiFTGenerator,
     SourceStage,
     stft_bases,
 )
-from cosyvino.models.weight_norm import (  # noqa: E402
+from cosyvino.families.cosyvoice1.weight_norm import (  # noqa: E402
     fold_weight_norm,
     strip_generator_prefix,
     unfold_weight_norm,
 )
-from cosyvino.nsf import draw_source_noise  # noqa: E402
+from cosyvino.families.cosyvoice1.nsf import draw_source_noise  # noqa: E402
 
 from conftest import TINY_A, golden_dirs  # noqa: E402
-from cosyvino.models.yaml_config import read_model_config  # noqa: E402
+from cosyvino.families.cosyvoice1.yaml_config import read_model_config  # noqa: E402
 _PG, _PV = ".parametrizations.weight.original0", ".parametrizations.weight.original1"
 
 

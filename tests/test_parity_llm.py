@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cosyvino.models.torch.flow import Flow
-from cosyvino.models.torch.flow_encoder import FlowEncoderStage
-from cosyvino.models.torch.llm import (
+from cosyvino.families.cosyvoice1.torch.flow import Flow
+from cosyvino.families.cosyvoice1.torch.flow_encoder import FlowEncoderStage
+from cosyvino.families.cosyvoice1.torch.llm import (
     LLMStepStage,
     SpeakerEmbedStage,
     SpeechEmbedStage,
@@ -33,7 +33,7 @@ from conftest import TINY_A, golden_dirs as _golden_dirs  # noqa: E402
 
 
 def _model_config(model_dir: Path):
-    from cosyvino.models.yaml_config import read_model_config
+    from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
     return read_model_config(model_dir / "cosyvoice.yaml")
 

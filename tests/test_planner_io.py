@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 import planner_trees as trees
-from cosyvino.cli import main
+from cosyvino.cli.main import main
 from cosyvino.planner import PLAN_VERSION, Plan, PlanError, load_plan, make_plan
 from cosyvino.planner.auto import PlanMismatchWarning, resolve_plan
 from cosyvino.planner.planfile import _toml_loads, dumps_toml

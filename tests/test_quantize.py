@@ -18,7 +18,7 @@ from click.testing import CliRunner  # noqa: E402
 from conftest import TINY_A  # noqa: E402
 
 from cosyvino import Synthesizer  # noqa: E402
-from cosyvino.cli import main  # noqa: E402
+from cosyvino.cli.main import main  # noqa: E402
 from cosyvino.converted import read_manifest, sha256_file, validate_converted_dir  # noqa: E402
 
 EVAL = ["--eval-per-language", "1", "--eval-tokens", "6"]
@@ -95,7 +95,7 @@ def test_guard_rejects_impossible_threshold(converted_dir, tmp_path):
 
 
 def test_bench_subdir_spec():
-    from cosyvino.cli_bench import _split_subdir
+    from cosyvino.cli.bench import _split_subdir
 
     assert _split_subdir("openvino@openvino-int8-llm:u8kv") == ("openvino:u8kv",
                                                                "openvino-int8-llm")

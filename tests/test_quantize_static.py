@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from conftest import TINY_A
 
 from cosyvino import Synthesizer
-from cosyvino.calibration import load_calibration_set
-from cosyvino.cli import main
+from cosyvino.quantize.calibration import load_calibration_set
+from cosyvino.cli.main import main
 from cosyvino.converted import read_manifest, sha256_file, validate_converted_dir
 from cosyvino.errors import InputError
 from cosyvino.quantize import (

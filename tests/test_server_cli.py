@@ -19,7 +19,7 @@ httpx = pytest.importorskip("httpx")
 
 from click.testing import CliRunner  # noqa: E402
 
-from cosyvino.cli import main  # noqa: E402
+from cosyvino.cli.main import main  # noqa: E402
 from cosyvino.server.config import settings_from_plan  # noqa: E402
 
 PLAN = """# test plan (the planner's format)
@@ -161,7 +161,7 @@ def test_subprocess_serve_drains_in_flight_request_on_sigterm(plan_file, tmp_pat
         import soundfile as sf
 
         samples, rate = sf.read(io.BytesIO(result["body"]), dtype="int16")
-        from cosyvino.length_regulation import mel_frames_for_tokens
+        from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
 
         from cosyvino.frontend import TextFrontend
 

@@ -8,8 +8,8 @@ import torch
 
 from cosyvino import Synthesizer
 from cosyvino.errors import EmptyTextError, InputError, UnknownSpeakerError
-from cosyvino.length_regulation import mel_frames_for_tokens
-from cosyvino.pipeline import Pipeline
+from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
+from cosyvino.families.cosyvoice1.pipeline import Pipeline
 from conftest import TINY_A
 
 

@@ -1,4 +1,4 @@
-"""Chunked vocoder decode (cosyvino.pipeline.vocoder_chunks): the windows tile the segment, and
+"""Chunked vocoder decode (cosyvino.families.cosyvoice1.pipeline.vocoder_chunks): the windows tile the segment, and
 a chunked decode gives the samples of one whole decode, for the tiny fixture and for the full
 CosyVoice-300M HiFT configuration (random weights: the receptive field depends only on it)."""
 
@@ -11,11 +11,11 @@ torch = pytest.importorskip("torch")
 
 from conftest import TINY_A  # noqa: E402
 
-import cosyvino.pipeline as pipeline_module  # noqa: E402
+import cosyvino.families.cosyvoice1.pipeline as pipeline_module  # noqa: E402
 from cosyvino.errors import InputError  # noqa: E402
-from cosyvino.models.presets import full_300m  # noqa: E402
-from cosyvino.models.torch.hift import HiFTGenerator  # noqa: E402
-from cosyvino.pipeline import (  # noqa: E402
+from cosyvino.families.cosyvoice1.presets import full_300m  # noqa: E402
+from cosyvino.families.cosyvoice1.torch.hift import HiFTGenerator  # noqa: E402
+from cosyvino.families.cosyvoice1.pipeline import (  # noqa: E402
     Pipeline,
     vocoder_chunks,
 )
@@ -85,7 +85,7 @@ def _chunked_vs_whole(hift_cfg, frames: int, chunk: int):
 
 @pytest.mark.parametrize("frames,chunk", [(200, 40), (150, 60)])
 def test_chunked_decode_equals_whole_tiny(frames, chunk):
-    from cosyvino.models.yaml_config import read_model_config
+    from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
     cfg = read_model_config(TINY_A / "cosyvoice.yaml").hift
     whole, chunked, calls = _chunked_vs_whole(cfg, frames, chunk)
@@ -118,6 +118,6 @@ def test_bad_chunk_and_source_length_are_typed_errors():
 
 
 def read_tiny_hift():
-    from cosyvino.models.yaml_config import read_model_config
+    from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
     return read_model_config(TINY_A / "cosyvoice.yaml").hift

@@ -2,11 +2,11 @@
 
 A backend only *runs stages*: fixed computations on numpy arrays. The speech-token sampling
 loop, the CFM ODE loop, length-regulation matrices, NSF random draws and the segment loop live
-once in :mod:`cosyvino.pipeline`. All arrays are numpy, C-contiguous; float arrays are float32,
+once in :mod:`cosyvino.families.cosyvoice1.pipeline`. All arrays are numpy, C-contiguous; float arrays are float32,
 token arrays int64; batch size is 1 unless stated. Shapes use D = LLM width (1024 for 300M),
 T = frames, N = tokens. Must not import torch.
 
-Input contract. Stages need not validate their inputs: :mod:`cosyvino.pipeline` builds every
+Input contract. Stages need not validate their inputs: :mod:`cosyvino.families.cosyvoice1.pipeline` builds every
 array in the documented shape and dtype, and the stage calls are the hot path. For inputs
 outside the contract a backend promises only this (``cosyvino.testing`` checks it):
 
@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..config import ModelConfig
+from cosyvino.families.cosyvoice1.config import ModelConfig
 from ..errors import ModelDirError
 
 

@@ -23,7 +23,7 @@ from ..converted import (OPTIONAL_SOURCE_FILES, SOURCE_FILES, file_record, sourc
                          write_manifest)
 from ..errors import ModelDirError
 from ..fileutil import replace_dir
-from ..models.torch.loading import TorchModel, load_torch_model
+from cosyvino.families.cosyvoice1.torch.loading import TorchModel, load_torch_model
 
 Progress = Callable[[str], None]
 #: ``write_stages(model, tmp_dir, files, say, start)``: writes the stage files into ``tmp_dir``

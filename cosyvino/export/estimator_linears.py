@@ -2,7 +2,7 @@
 (imports torch).
 
 :func:`plain_estimator_linears` — while active, the estimator's 3-D linears
-(:func:`cosyvino.models.torch.estimator._linear`) are traced as ``x @ W^T + b``: one
+(:func:`cosyvino.families.cosyvoice1.torch.estimator._linear`) are traced as ``x @ W^T + b``: one
 ``MatMul`` with a 2-D constant weight. The eager spelling (``bmm`` with the weight expanded
 over the batch, chosen for torch.export's shape guards) traces to ``Expand`` + batched
 ``MatMul`` on a computed tensor:
@@ -24,7 +24,7 @@ import contextlib
 import torch
 from torch import nn
 
-from ..models.torch import estimator as _estimator
+from cosyvino.families.cosyvoice1.torch import estimator as _estimator
 
 
 def _matmul_linear(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:

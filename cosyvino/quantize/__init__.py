@@ -10,23 +10,31 @@ installed, for its backend detection; serving the output needs neither nncf nor 
   scope) of the flow encoder, estimator and, on request, HiFT;
 * :mod:`.accuracy` / :mod:`.metrics`: quantized vs fp32 on held-out texts (LLM teacher-forced
   top-1 and KL; mel L1, log-spectral distance, waveform SNR per stage and end to end);
+* :mod:`.calibration`: the calibration text set (``calib/``; imports none of the above);
 * :mod:`.model_dir`: presets, the atomic output dir with its own manifest, the guards.
 
 The output is itself a converted dir (same layout; manifest records each IR's precision and the
 source manifest's sha256 under ``quantization``), so the OpenVINO backend loads it as is.
 """
 
-from .accuracy import audio_report, llm_teacher_forced_report
-from .capture import Capture, CaptureLimits, capture_calibration
-from .model_dir import (
-    DEFAULT_SUBDIR,
-    PRESETS,
-    Guards,
-    QuantizeGuardError,
-    quantize_model_dir,
-)
-from .static import StaticSettings
-from .weights import WeightSettings
+import importlib
+
+#: public name -> submodule; imported on first use, so ``cosyvino.quantize.calibration`` (the
+#: calibration text set, no openvino/nncf/torch) can be imported without them
+_EXPORTS = {
+    "audio_report": "accuracy", "llm_teacher_forced_report": "accuracy",
+    "Capture": "capture", "CaptureLimits": "capture", "capture_calibration": "capture",
+    "DEFAULT_SUBDIR": "model_dir", "PRESETS": "model_dir", "Guards": "model_dir",
+    "QuantizeGuardError": "model_dir", "quantize_model_dir": "model_dir",
+    "StaticSettings": "static", "WeightSettings": "weights",
+}
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(name)
+
 
 __all__ = [
     "DEFAULT_SUBDIR",

@@ -36,7 +36,7 @@ def llm_teacher_forced_report(ref_stages, test_stages, texts: Iterable,
     """Compare the LLM path (text encoder + LLM) of ``test_stages`` with ``ref_stages``.
 
     Both are loaded openvino :class:`~cosyvino.backends.Stages` (f32 compute and KV cache, see
-    :data:`F32_OPTIONS`). ``texts``: :class:`cosyvino.calibration.CalibrationText` items
+    :data:`F32_OPTIONS`). ``texts``: :class:`cosyvino.quantize.calibration.CalibrationText` items
     (``id``, ``language``, ``speaker``, ``text``); the first frontend segment of each is used,
     with the text's speaker when the model has it (else the model's first speaker). Each model
     builds its own prefix (its own text encoder), then both are fed the fp32 model's greedy
@@ -44,7 +44,7 @@ def llm_teacher_forced_report(ref_stages, test_stages, texts: Iterable,
     ``mean_kl`` / ``max_kl`` (nats) over all positions.
     """
     from ..frontend import TextFrontend
-    from ..pipeline import Pipeline
+    from cosyvino.families.cosyvoice1.pipeline import Pipeline
 
     frontend = TextFrontend()
     ref_pipe, test_pipe = Pipeline(ref_stages), Pipeline(test_stages)
@@ -151,7 +151,7 @@ def audio_report(ref_stages, test_stages, texts: Iterable, changed_stages: Itera
     """
     from ..errors import InputError
     from ..frontend import TextFrontend
-    from ..pipeline import Pipeline
+    from cosyvino.families.cosyvoice1.pipeline import Pipeline
     from .metrics import log_spectral_distance, mel_l1, snr_db
 
     texts = list(texts)

@@ -165,7 +165,7 @@ def capture_calibration(conv_dir: str, texts: Sequence, *, seed: int = 0,
 
     Args:
         conv_dir: an fp32 converted dir (or a model dir with ``openvino/``).
-        texts: :class:`cosyvino.calibration.CalibrationText` items; each is synthesized whole
+        texts: :class:`cosyvino.quantize.calibration.CalibrationText` items; each is synthesized whole
             (all its segments) with its speaker when the model has it, else the model's
             speakers in turn. When the limits keep no flow or vocoder inputs, only the LLM
             runs (speech tokens are sampled, nothing is vocoded).
@@ -278,7 +278,7 @@ def synthesizer_for(stages):
     """A :class:`~cosyvino.synthesizer.Synthesizer` around already loaded ``stages`` (no second
     model load; same wiring as its constructor)."""
     from ..frontend import TextFrontend
-    from ..pipeline import Pipeline
+    from cosyvino.families.cosyvoice1.pipeline import Pipeline
     from ..synthesizer import Synthesizer
 
     tts = Synthesizer.__new__(Synthesizer)

@@ -47,9 +47,9 @@ import pytest
 
 from ..backends.base import Backend, Capabilities, LLMSession, Stages
 from ..errors import CosyvinoError, ModelDirError
-from ..length_regulation import interpolation_matrix
-from ..nsf import draw_source_noise
-from ..pipeline import Pipeline
+from cosyvino.families.cosyvoice1.length_regulation import interpolation_matrix
+from cosyvino.families.cosyvoice1.nsf import draw_source_noise
+from cosyvino.families.cosyvoice1.pipeline import Pipeline
 from ..plugins import (
     ENTRY_POINT_GROUP,
     backend_classes,
@@ -245,7 +245,7 @@ class BackendConformance:
 
     # ---- stage shapes and dtypes -------------------------------------------------------------
     def test_speakers_and_config(self, stages):
-        from ..config import ModelConfig
+        from cosyvino.families.cosyvoice1.config import ModelConfig
 
         assert isinstance(stages.config, ModelConfig)
         assert stages.speakers, "no speakers"

@@ -25,7 +25,7 @@ from cosyvino.backends.base import LLMSession, Stages
 from cosyvino.backends.tables import ServingTablesMixin
 from cosyvino.converted import STAGE_EXTS, STAGES, find_converted_dir, validate_converted_dir
 from cosyvino.errors import BackendError, ConvertedModelError
-from cosyvino.models.yaml_config import read_model_config
+from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
 log = logging.getLogger("cosyvino.onnxruntime")
 

@@ -23,7 +23,7 @@ model keeps the activation buffers of the largest shapes it ran until it is rele
 outside this module: a kernel + buffers kept per distinct MatMul shape, which grew the LLM by
 ~0.8 MB per decoded token until its position table length was bucketed at export —
 ``cosyvino.export.openvino.model_patcher.POS_BUCKET`` — and the vocoder's buffers growing with
-the mel length, bounded by fixed-size decode windows, ``cosyvino.pipeline.vocoder_chunks``.)
+the mel length, bounded by fixed-size decode windows, ``cosyvino.families.cosyvoice1.pipeline.vocoder_chunks``.)
 """
 
 from __future__ import annotations

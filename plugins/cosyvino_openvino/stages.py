@@ -18,7 +18,7 @@ from cosyvino.backends.base import LLMSession, Stages
 from cosyvino.backends.tables import ServingTablesMixin
 from cosyvino.converted import STAGES, find_converted_dir, validate_converted_dir
 from cosyvino.errors import BackendError
-from cosyvino.models.yaml_config import read_model_config
+from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
 from .memory import IntermediateReleaser, fold_weight_broadcasts, release_weight_pages
 from .snake import polynomial_sin_squares

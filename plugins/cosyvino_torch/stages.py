@@ -1,6 +1,6 @@
 """PyTorch eager implementation of :class:`cosyvino.backends.Stages` (fp32, CPU).
 
-Runs our modules from :mod:`cosyvino.models.torch` on numpy inputs (zero-copy
+Runs our modules from :mod:`cosyvino.families.cosyvoice1.torch` on numpy inputs (zero-copy
 ``torch.from_numpy``) under ``torch.inference_mode``. Threads: ``num_threads`` sets
 ``torch.set_num_threads`` (process-wide in PyTorch).
 """
@@ -11,15 +11,15 @@ import numpy as np
 import torch
 
 from cosyvino.backends.base import LLMSession, Stages
-from cosyvino.models.torch.length_regulator import LengthRegulatorStage
-from cosyvino.models.torch.llm import (
+from cosyvino.families.cosyvoice1.torch.length_regulator import LengthRegulatorStage
+from cosyvino.families.cosyvoice1.torch.llm import (
     LLMStepStage,
     SpeakerEmbedStage,
     SpeechEmbedStage,
     TextEncoderStage,
 )
-from cosyvino.models.torch.flow_encoder import FlowEncoderStage
-from cosyvino.models.torch.loading import load_torch_model
+from cosyvino.families.cosyvoice1.torch.flow_encoder import FlowEncoderStage
+from cosyvino.families.cosyvoice1.torch.loading import load_torch_model
 
 
 def _t(a: np.ndarray) -> torch.Tensor:

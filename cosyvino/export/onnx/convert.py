@@ -26,10 +26,10 @@ from torch import nn
 
 from ... import __version__
 from ...converted import FORMAT, RUNTIME_SUBDIRS, STAGE_EXTS, STAGES, file_record
-from ...models.torch.flow_encoder import FlowEncoderStage
-from ...models.torch.length_regulator import LengthRegulatorStage
-from ...models.torch.llm import TextEncoderStage, TransformerLM
-from ...models.torch.loading import TorchModel
+from cosyvino.families.cosyvoice1.torch.flow_encoder import FlowEncoderStage
+from cosyvino.families.cosyvoice1.torch.length_regulator import LengthRegulatorStage
+from cosyvino.families.cosyvoice1.torch.llm import TextEncoderStage, TransformerLM
+from cosyvino.families.cosyvoice1.torch.loading import TorchModel
 from ..common import Progress, convert_atomically, llm_cache_layout
 from ..estimator_linears import plain_estimator_linears
 
@@ -45,7 +45,7 @@ class LLMCacheStep(nn.Module):
     """``(inputs_embeds [1, T, D], past_0_key, past_0_value, ...) -> (logp [1, V+1],
     present_0_key, present_0_value, ...)``; per-layer caches float32 ``[1, H, P, d_k]``,
     presents ``[1, H, P+T, d_k]``. ``query_side_pos=True`` (the decode-friendly evaluation
-    order of the rel-pos term, see :class:`cosyvino.models.torch.llm.LLMStepStage`) serves
+    order of the rel-pos term, see :class:`cosyvino.families.cosyvoice1.torch.llm.LLMStepStage`) serves
     prefill and decode with one graph."""
 
     def __init__(self, lm: TransformerLM):

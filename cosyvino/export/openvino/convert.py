@@ -19,10 +19,10 @@ import torch
 
 from ... import __version__
 from ...converted import DEFAULT_SUBDIR, FORMAT, STAGES, file_record
-from ...models.torch.flow_encoder import FlowEncoderStage
-from ...models.torch.length_regulator import LengthRegulatorStage
-from ...models.torch.llm import TextEncoderStage
-from ...models.torch.loading import TorchModel
+from cosyvino.families.cosyvoice1.torch.flow_encoder import FlowEncoderStage
+from cosyvino.families.cosyvoice1.torch.length_regulator import LengthRegulatorStage
+from cosyvino.families.cosyvoice1.torch.llm import TextEncoderStage
+from cosyvino.families.cosyvoice1.torch.loading import TorchModel
 from ..common import Progress, convert_atomically, llm_cache_layout
 from ..estimator_linears import plain_estimator_linears
 from .model_patcher import LLM_LAYOUT, LLMCacheStep, sdpa_attention

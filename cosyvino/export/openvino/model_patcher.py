@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...models.torch.llm import TransformerLM
-from ...models.torch.transformer import RelPositionMultiHeadedAttention, _rel_shift
+from cosyvino.families.cosyvoice1.torch.llm import TransformerLM
+from cosyvino.families.cosyvoice1.torch.transformer import RelPositionMultiHeadedAttention, _rel_shift
 
 
 def _query_pos_projection(self: RelPositionMultiHeadedAttention, q_v: torch.Tensor
@@ -98,8 +98,8 @@ class LLMCacheStep(nn.Module):
     """``(inputs_embeds [1, T, D], past_0_k, past_0_v, ...) -> (logp [1, V+1], present_0_k,
     present_0_v, ...)``; per-layer caches ``[1, H, P, d_k]``.
 
-    ``query_side_pos`` as in :class:`cosyvino.models.torch.llm.LLMStepStage`; ``pos_bucket``
-    as in :meth:`cosyvino.models.torch.transformer.Encoder.forward_cached` (default
+    ``query_side_pos`` as in :class:`cosyvino.families.cosyvoice1.torch.llm.LLMStepStage`; ``pos_bucket``
+    as in :meth:`cosyvino.families.cosyvoice1.torch.transformer.Encoder.forward_cached` (default
     :data:`POS_BUCKET`).
     """
 

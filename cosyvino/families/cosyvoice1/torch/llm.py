@@ -3,7 +3,7 @@
 Upstream ``cosyvoice/llm/llm.py::TransformerLM``; submodule names equal upstream so the
 official ``llm.pt`` loads with ``strict=True``. The stage modules each wrap one tensor-only
 forward (what an exporter converts); sampling and the decode loop live elsewhere.
-Depends on torch and :mod:`cosyvino.models.torch.transformer` only.
+Depends on torch and :mod:`cosyvino.families.cosyvoice1.torch.transformer` only.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import LLMConfig
-from .transformer import Encoder
+from cosyvino.families.cosyvoice1.config import LLMConfig
+from cosyvino.families.cosyvoice1.torch.transformer import Encoder
 
 Tensor = torch.Tensor
 

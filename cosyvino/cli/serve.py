@@ -9,7 +9,7 @@ import sys
 import click
 from click.core import ParameterSource
 
-from ..errors import CosyvinoError
+from cosyvino.errors import CosyvinoError
 
 def _default_cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -67,8 +67,8 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, backend, threads, max_
     See docs/server.md for every endpoint with curl examples.
     """
     try:
-        from .config import ServerConfig, find_plan, settings_from_plan
-        from .runner import ModelLoadFailed, run
+        from cosyvino.server.config import ServerConfig, find_plan, settings_from_plan
+        from cosyvino.server.runner import ModelLoadFailed, run
     except ImportError as e:  # the server extra is missing
         click.echo(f"error: the server needs extra packages ({e.name}): "
                    "pip install 'cosyvino[server]'", err=True)

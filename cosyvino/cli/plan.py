@@ -10,8 +10,8 @@ import re
 
 import click
 
-from ..cli_errors import friendly_errors
-from .rules import GOALS
+from cosyvino.cli.errors import friendly_errors
+from cosyvino.planner.rules import GOALS
 
 
 _errors = friendly_errors
@@ -68,11 +68,11 @@ def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, 
          memory_limit):
     """Probe this machine and write a deployment plan (threads, streams, backend, precision,
     sessions) that `cosyvino serve` and Synthesizer.auto() follow. See docs/planner.md."""
-    from . import make_plan, probe
-    from .report import emit_k8s, format_plan
+    from cosyvino.planner import make_plan, probe
+    from cosyvino.planner.report import emit_k8s, format_plan
 
     if model_dir is None:
-        from ..defaults import default_model_dir
+        from cosyvino.defaults import default_model_dir
         model_dir = default_model_dir()
     overrides = dict(backend=backend, threads=threads, streams=streams, pinning=pinning,
                      sessions=sessions, queue=queue, precision=precision,
@@ -81,11 +81,11 @@ def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, 
     p = probe(model_dir=model_dir)
     result = make_plan(p, model_dir=model_dir, goal=goal, **overrides)
     if tune:
-        from .tune import apply_tuning
-        from .tune import tune as run_tune
+        from cosyvino.planner.tune import apply_tuning
+        from cosyvino.planner.tune import tune as run_tune
 
         if not p.model.get("exists") and not p.model.get("converted_dir"):
-            from ..defaults import ensure_default_model
+            from cosyvino.defaults import ensure_default_model
             ensure_default_model(model_dir)
         tuning = run_tune(result, p, model_dir, seconds=tune_seconds, tokens=tune_tokens,
                           say=lambda m: click.echo(m, err=True))

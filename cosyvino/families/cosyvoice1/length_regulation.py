@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError
+from cosyvino.errors import InputError
 
 # Upstream constants (flow.py / length_regulator.py): token rate 50 Hz, mel at 22050 Hz with hop
 # 256, the >40-token rule with 20-token head and tail pieces.

@@ -2,7 +2,7 @@
 
 Upstream ``InterpolateRegulator.inference`` resizes the encoder output with data-dependent
 ``F.interpolate`` calls and then runs a conv stack. Here the resize is a constant matrix built
-outside the graph by :func:`cosyvino.length_regulation.interpolation_matrix`, and the module
+outside the graph by :func:`cosyvino.families.cosyvoice1.length_regulation.interpolation_matrix`, and the module
 only does ``model(interp @ h)``: a matmul plus static convolutions, which export with dynamic
 sizes and no resize op.
 """

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from ..config import (
+from cosyvino.families.cosyvoice1.config import (
     CFMConfig,
     EncoderConfig,
     EstimatorConfig,
@@ -28,7 +28,7 @@ from ..config import (
     ModelConfig,
     SamplingConfig,
 )
-from ..errors import ConfigError, ModelDirError
+from cosyvino.errors import ConfigError, ModelDirError
 
 
 @dataclass

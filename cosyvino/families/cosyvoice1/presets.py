@@ -6,7 +6,7 @@ Used by ``cosyvino make-model`` to write synthetic checkpoints in the official l
 
 from __future__ import annotations
 
-from ..config import (
+from cosyvino.families.cosyvoice1.config import (
     EncoderConfig,
     EstimatorConfig,
     FlowConfig,

@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from .cli_errors import friendly_errors
-from .errors import BackendError, InputError, ModelDirError
+from cosyvino.cli.errors import friendly_errors
+from cosyvino.errors import BackendError, InputError, ModelDirError
 
 DEMO_SENTENCES = (
     ("zh", "中文女", "你好，欢迎使用 cosyvino，这是在普通服务器处理器上运行的语音合成服务。"),
@@ -43,7 +43,7 @@ def _summary(stats: dict) -> str:
 
 
 def _synthesizer(model_dir, backend, threads):
-    from .synthesizer import Synthesizer
+    from cosyvino.synthesizer import Synthesizer
 
     return Synthesizer(model_dir, backend=backend, num_threads=threads)
 
@@ -127,7 +127,7 @@ def demo(model_dir, backend, threads, out_dir, seed):
     Without --model-dir this uses the embedded default model, created once as a SYNTHETIC
     CosyVoice-300M checkpoint (random weights: real cost, noise audio).
     """
-    from .models.synthetic import is_synthetic
+    from cosyvino.families.cosyvoice1.synthetic import is_synthetic
 
     synth_ = _synthesizer(model_dir, backend, threads)
     click.echo(f"model: {synth_.model_dir} (backend {backend}, load {synth_.load_seconds:.1f} s)"
@@ -151,8 +151,8 @@ def demo(model_dir, backend, threads, out_dir, seed):
 def speakers(model_dir, as_json):
     """List the speaker ids of a model (official dir: spk2info.pt; converted dir such as
     D/openvino or D/onnx: speakers.json)."""
-    from .converted import is_converted_dir, read_speaker_names
-    from .defaults import ensure_default_model
+    from cosyvino.converted import is_converted_dir, read_speaker_names
+    from cosyvino.defaults import ensure_default_model
 
     model_dir = model_dir or ensure_default_model()
     if not os.path.isdir(model_dir):
@@ -160,7 +160,7 @@ def speakers(model_dir, as_json):
     if is_converted_dir(model_dir):  # no torch needed: names are in speakers.json
         names = read_speaker_names(model_dir)
     else:
-        from .models.checkpoint import load_spk2info
+        from cosyvino.families.cosyvoice1.checkpoint import load_spk2info
 
         names = list(load_spk2info(os.path.join(model_dir, "spk2info.pt")))
     click.echo(json.dumps(names, ensure_ascii=False) if as_json else "\n".join(names))
@@ -179,7 +179,7 @@ def make_model_cmd(out_dir, preset, seed, hift_weight_norm, overwrite):
     """Write a SYNTHETIC checkpoint (random weights, official layout) to OUT_DIR."""
     from tqdm import tqdm
 
-    from .models.synthetic import make_model
+    from cosyvino.families.cosyvoice1.synthetic import make_model
 
     try:  # the generator builds our torch model to get the official keys and shapes
         import torch  # noqa: F401
@@ -208,8 +208,8 @@ def info(model_dir, as_json):
 
     For a converted dir (D/openvino, D/onnx) the files and their precision come from its
     manifest and the speakers from speakers.json; parameter counts are not shown there."""
-    from .defaults import default_model_dir
-    from .models.info import model_info
+    from cosyvino.defaults import default_model_dir
+    from cosyvino.families.cosyvoice1.info import model_info
 
     data = model_info(model_dir or default_model_dir())
     if as_json:
@@ -228,7 +228,7 @@ def info(model_dir, as_json):
 @_friendly_errors
 def backends():
     """List installed backend plugins."""
-    from .plugins import backend_classes, plugin_errors
+    from cosyvino.plugins import backend_classes, plugin_errors
 
     for name, cls in sorted(backend_classes().items()):
         ok, why = cls.is_available()
@@ -237,13 +237,14 @@ def backends():
         click.echo(f"{name}: FAILED TO LOAD: {err}")
 
 
-main.add_command(__import__("cosyvino.cli_convert", fromlist=["convert"]).convert)
-main.add_command(__import__("cosyvino.cli_bench", fromlist=["bench"]).bench)
-main.add_command(__import__("cosyvino.cli_quantize", fromlist=["quantize"]).quantize)
+from cosyvino.cli.bench import bench  # noqa: E402  (command modules register on the group)
+from cosyvino.cli.convert import convert  # noqa: E402
+from cosyvino.cli.plan import plan  # noqa: E402
+from cosyvino.cli.quantize import quantize  # noqa: E402
+from cosyvino.cli.serve import serve  # noqa: E402
 
-main.add_command(__import__("cosyvino.server.cli", fromlist=["serve"]).serve)
-
-main.add_command(__import__("cosyvino.planner.cli", fromlist=["plan"]).plan)
+for _command in (convert, bench, quantize, serve, plan):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .flow import Flow
+from cosyvino.families.cosyvoice1.torch.flow import Flow
 
 Tensor = torch.Tensor
 

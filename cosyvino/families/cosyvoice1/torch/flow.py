@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from torch import nn
 
-from ...config import FlowConfig
-from .estimator import ConditionalDecoder
-from .length_regulator import InterpolateRegulator
-from .transformer import Encoder
+from cosyvino.families.cosyvoice1.config import FlowConfig
+from cosyvino.families.cosyvoice1.torch.estimator import ConditionalDecoder
+from cosyvino.families.cosyvoice1.torch.length_regulator import InterpolateRegulator
+from cosyvino.families.cosyvoice1.torch.transformer import Encoder
 
 
 class Flow(nn.Module):

@@ -15,14 +15,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...config import ModelConfig
-from ...errors import ModelDirError
-from ..checkpoint import check_state_dict, load_spk2info, load_torch_file
-from ..weight_norm import fold_weight_norm, strip_generator_prefix, unfold_weight_norm
-from ..yaml_config import read_model_config
-from .flow import Flow
-from .hift import HiFTGenerator
-from .llm import TransformerLM
+from cosyvino.families.cosyvoice1.config import ModelConfig
+from cosyvino.errors import ModelDirError
+from cosyvino.families.cosyvoice1.checkpoint import check_state_dict, load_spk2info, load_torch_file
+from cosyvino.families.cosyvoice1.weight_norm import fold_weight_norm, strip_generator_prefix, unfold_weight_norm
+from cosyvino.families.cosyvoice1.yaml_config import read_model_config
+from cosyvino.families.cosyvoice1.torch.flow import Flow
+from cosyvino.families.cosyvoice1.torch.hift import HiFTGenerator
+from cosyvino.families.cosyvoice1.torch.llm import TransformerLM
 
 CHECKPOINT_FILES = ("llm.pt", "flow.pt", "hift.pt")
 _SPELLING_HINT = ("hift.pt weight-norm keys may use either 'X.parametrizations.weight."

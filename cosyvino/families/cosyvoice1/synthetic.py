@@ -14,11 +14,11 @@ import shutil
 import tempfile
 from typing import Callable
 
-from ..config import ModelConfig
-from ..errors import InputError, ModelDirError
-from ..fileutil import replace_dir
-from .presets import PRESETS
-from .yaml_writer import render_cosyvoice_yaml
+from cosyvino.families.cosyvoice1.config import ModelConfig
+from cosyvino.errors import InputError, ModelDirError
+from cosyvino.fileutil import replace_dir
+from cosyvino.families.cosyvoice1.presets import PRESETS
+from cosyvino.families.cosyvoice1.yaml_writer import render_cosyvoice_yaml
 
 #: the 7 built-in speakers of CosyVoice-300M-SFT (upstream spk2info.pt)
 SFT_SPEAKERS = ("中文女", "中文男", "日语男", "粤语女", "英文女", "英文男", "韩语女")
@@ -36,7 +36,7 @@ Hugging Face FunAudioLLM/CosyVoice-300M-SFT) and pass its directory with --model
 def _randomize(cfg: ModelConfig, seed: int):
     import torch
 
-    from .torch.loading import build_modules
+    from cosyvino.families.cosyvoice1.torch.loading import build_modules
 
     torch.manual_seed(seed)
     llm, flow, hift = build_modules(cfg)
@@ -55,7 +55,7 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
     """Write a synthetic model directory: cosyvoice.yaml, llm.pt, flow.pt, hift.pt, spk2info.pt.
 
     Args:
-        preset: ``"tiny"`` or ``"300m"`` (see :mod:`cosyvino.models.presets`).
+        preset: ``"tiny"`` or ``"300m"`` (see :mod:`cosyvino.families.cosyvoice1.presets`).
         out_dir: target directory; must not exist unless ``overwrite``.
         seed: torch seed for the random weights and speaker embeddings.
         hift_weight_norm: ``"parametrizations"`` or ``"weight_g"`` key spelling in hift.pt.
@@ -70,7 +70,7 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
     """
     import torch
 
-    from .weight_norm import unfold_weight_norm
+    from cosyvino.families.cosyvoice1.weight_norm import unfold_weight_norm
 
     if preset not in PRESETS:
         raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")

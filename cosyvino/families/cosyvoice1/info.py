@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ..converted import is_converted_dir, manifest_runtime, read_manifest, read_speaker_names
-from ..errors import ModelDirError
-from .yaml_config import read_model_config
+from cosyvino.converted import is_converted_dir, manifest_runtime, read_manifest, read_speaker_names
+from cosyvino.errors import ModelDirError
+from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
 FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt", "campplus.onnx",
          "speech_tokenizer_v1.onnx")
@@ -22,14 +22,14 @@ def model_info(model_dir: str) -> dict:
     Raises ModelDirError / ConfigError / CheckpointError (ConvertedModelError for a converted
     dir whose manifest or speakers.json is edited or unreadable).
     """
-    from .synthetic import is_synthetic
+    from cosyvino.families.cosyvoice1.synthetic import is_synthetic
 
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
     cfg = read_model_config(model_dir)
     if is_converted_dir(model_dir):
         return _converted_info(model_dir, cfg, is_synthetic(model_dir))
-    from .checkpoint import load_spk2info, load_torch_file
+    from cosyvino.families.cosyvoice1.checkpoint import load_spk2info, load_torch_file
 
     files = {}
     for name in FILES:

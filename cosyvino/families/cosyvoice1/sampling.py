@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import SamplingConfig
+from cosyvino.families.cosyvoice1.config import SamplingConfig
 
 
 def _softmax(logp: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ from functools import wraps
 
 import click
 
-from .errors import CosyvinoError
+from cosyvino.errors import CosyvinoError
 
 
 def friendly_errors(fn):

@@ -9,10 +9,10 @@ capture stage inputs and compares INT8 against FP32 on the held-out ``evaluation
 format (only ``text`` is required) or plain text, one sentence per line (language guessed from
 the script, see :func:`guess_language`). See docs/quantization.md, "Calibration texts".
 
-Maintenance: ``python -m cosyvino.calibration refresh calib`` recomputes the derived fields
+Maintenance: ``python -m cosyvino.quantize.calibration refresh calib`` recomputes the derived fields
 (speaker when missing, length class, split) and the manifest after texts were added or edited
 (a plain ``texts.txt`` is never rewritten or deleted, see :func:`refresh`);
-``python -m cosyvino.calibration check calib`` verifies the manifest and runs every text
+``python -m cosyvino.quantize.calibration check calib`` verifies the manifest and runs every text
 through the frontend.
 """
 
@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .errors import InputError, ModelDirError
+from cosyvino.errors import InputError, ModelDirError
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ _frontend = None
 def _get_frontend():
     global _frontend
     if _frontend is None:
-        from .frontend import TextFrontend
+        from cosyvino.frontend import TextFrontend
         _frontend = TextFrontend()
     return _frontend
 
@@ -240,7 +240,7 @@ def default_calib_dir() -> Path:
     """``$COSYVINO_CALIB_DIR`` if set, else ``calib/`` of the checkout cosyvino runs from (the
     editable / source install). Raises ModelDirError when it does not exist."""
     env = os.environ.get("COSYVINO_CALIB_DIR")
-    path = Path(env).expanduser() if env else Path(__file__).resolve().parent.parent / "calib"
+    path = Path(env).expanduser() if env else Path(__file__).resolve().parents[2] / "calib"
     if not (path / TEXTS_FILE).is_file():
         raise ModelDirError(
             f"calibration set not found at {path} (no {TEXTS_FILE}); it ships in calib/ of the "
@@ -258,7 +258,7 @@ def _resolve(path) -> Path:
         if jsonl.is_file() and plain.is_file() \
                 and plain.stat().st_mtime_ns > jsonl.stat().st_mtime_ns:
             log.warning("%s is newer than %s, but %s is the one read; edit %s (or remove it "
-                        "and run `python -m cosyvino.calibration refresh --jsonl %s`)",
+                        "and run `python -m cosyvino.quantize.calibration refresh --jsonl %s`)",
                         plain, jsonl.name, jsonl.name, jsonl.name, p)
         for name in (TEXTS_FILE, PLAIN_TEXTS_FILE):
             if (p / name).is_file():
@@ -433,7 +433,7 @@ def _warn_if_manifest_stale(texts_path: Path) -> None:
     except (OSError, ValueError, AttributeError):
         recorded = None
     if recorded != _sha256(texts_path):
-        log.warning("%s does not match %s (sha256); run `python -m cosyvino.calibration "
+        log.warning("%s does not match %s (sha256); run `python -m cosyvino.quantize.calibration "
                     "manifest %s`", manifest, texts_path.name, texts_path.parent)
 
 
@@ -637,7 +637,7 @@ def check(calib_dir=None) -> list[str]:
     else:
         recorded = json.loads(manifest.read_text(encoding="utf-8"))
         if recorded != build_manifest(p):
-            problems.append(f"{manifest} is stale; run `python -m cosyvino.calibration "
+            problems.append(f"{manifest} is stale; run `python -m cosyvino.quantize.calibration "
                             f"manifest {p.parent}`")
     texts = read_calibration_file(p)
     fe = _get_frontend()
@@ -661,7 +661,7 @@ def check(calib_dir=None) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m cosyvino.calibration",
+    ap = argparse.ArgumentParser(prog="python -m cosyvino.quantize.calibration",
                                  description="Maintain a calibration text directory.")
     ap.add_argument("command", choices=("manifest", "refresh", "check"),
                     help="manifest: rewrite manifest.json; refresh: recompute length/split "

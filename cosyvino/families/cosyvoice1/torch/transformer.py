@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import EncoderConfig
+from cosyvino.families.cosyvoice1.config import EncoderConfig
 
 Tensor = torch.Tensor
 

@@ -12,8 +12,8 @@ import time
 
 import click
 
-from .cli_errors import friendly_errors as _friendly_errors
-from .errors import ModelDirError
+from cosyvino.cli.errors import friendly_errors as _friendly_errors
+from cosyvino.errors import ModelDirError
 
 PRESET_NAMES = ("int8-llm-only", "int8", "int4-llm")
 
@@ -98,11 +98,11 @@ def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples,
     LLM teacher-forced top-1 agreement and KL; mel L1, log-spectral distance and waveform SNR
     per quantized audio stage and end to end.
     """
-    from .defaults import ensure_default_model
-    from .errors import BackendError
+    from cosyvino.defaults import ensure_default_model
+    from cosyvino.errors import BackendError
 
     try:
-        from .quantize import (
+        from cosyvino.quantize import (
             CaptureLimits,
             Guards,
             QuantizeGuardError,
@@ -113,7 +113,7 @@ def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples,
     except ImportError as e:
         raise BackendError(f"cosyvino quantize needs openvino and nncf ({e}); "
                            "pip install 'cosyvino[openvino,nncf]'") from None
-    from .calibration import load_calibration_set
+    from cosyvino.quantize.calibration import load_calibration_set
 
     model_dir = model_dir or ensure_default_model()
     if not os.path.isdir(model_dir):
@@ -167,7 +167,7 @@ def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples,
         click.echo(f"LLM vs fp32: top-1 agreement {a['top1_agreement']:.3f}, mean KL "
                    f"{a['mean_kl']:.2e}, max KL {a['max_kl']:.2e} ({a['positions']} positions)")
     if "audio" in acc:
-        from .quantize.accuracy import format_audio_table
+        from cosyvino.quantize.accuracy import format_audio_table
         click.echo("audio vs fp32:\n" + format_audio_table(acc["audio"]))
     click.echo(f"wrote {out} in {summary['seconds']:.1f} s")
     click.echo(f"use it: cosyvino synth --backend openvino --model-dir {out} TEXT")

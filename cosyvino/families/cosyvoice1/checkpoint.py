@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..errors import CheckpointError, ModelDirError
+from cosyvino.errors import CheckpointError, ModelDirError
 
 _MAX_LISTED = 8
 

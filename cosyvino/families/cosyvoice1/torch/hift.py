@@ -5,7 +5,7 @@ Upstream: ``cosyvoice/hifigan/generator.py`` (``HiFTGenerator``, ``ResBlock``, `
 ``cosyvoice/transformer/activation.py`` (``Snake``); paper: HiFTNet, arXiv:2309.09493.
 
 Parameter names equal the official ``hift.pt`` keys after weight-norm folding
-(:func:`cosyvino.models.weight_norm.fold_weight_norm`): the weight-normed convolutions here are
+(:func:`cosyvino.families.cosyvoice1.weight_norm.fold_weight_norm`): the weight-normed convolutions here are
 plain convolutions with a ``.weight``; :meth:`HiFTGenerator.weight_normed_parameters` names them.
 
 Inference is split into three export-friendly stages that share the generator's parameters
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import HiFTConfig
+from cosyvino.families.cosyvoice1.config import HiFTConfig
 
 __all__ = [
     "HiFTGenerator", "F0Stage", "SourceStage", "DecodeStage", "ConvRNNF0Predictor",

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import EstimatorConfig
-from ...errors import ConfigError
+from cosyvino.families.cosyvoice1.config import EstimatorConfig
+from cosyvino.errors import ConfigError
 
 # Upstream ``mask_to_bias``: additive attention bias for padded keys.
 _MASK_BIAS = -1.0e10

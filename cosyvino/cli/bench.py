@@ -12,7 +12,7 @@ import time
 
 import click
 
-from .cli_errors import friendly_errors as _friendly_errors
+from cosyvino.cli.errors import friendly_errors as _friendly_errors
 
 _PRECISION = {"f32": ("f32", "f32"), "bf16": ("bf16", None), "f16": ("f16", None),
               "u8kv": ("f32", "u8"), "default": (None, None), "vocbf16": ("f32", "f32"),
@@ -90,9 +90,9 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
 def bench(model_dir, backends, tokens, threads, json_out, as_json):
     """Benchmark backends side by side: per-stage ms, LLM ms/token, estimator ms/call,
     vocoder ms, RTF, first-segment latency, peak RSS, load time, LLM decode roofline."""
-    from .bench import TEXTS, markdown, roofline, run_backend_subprocess
-    from .defaults import ensure_default_model
-    from .models.yaml_config import read_model_config
+    from cosyvino.bench import TEXTS, markdown, roofline, run_backend_subprocess
+    from cosyvino.defaults import ensure_default_model
+    from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
     model_dir = os.path.abspath(model_dir or ensure_default_model())
     specs = [s.strip() for s in backends.split(",") if s.strip()]
@@ -142,9 +142,9 @@ def _ensure_converted(model_dir: str, backend: str) -> str | None:
     """Make sure ``model_dir`` has ``backend``'s converted dir, running `cosyvino convert` once
     when it is missing. Returns None when it is there, else an error line for the table (the
     command then exits 1 like for any failed backend)."""
-    from .bench import module_subprocess_env
-    from .converted import find_converted_dir
-    from .errors import ConvertedModelError
+    from cosyvino.bench import module_subprocess_env
+    from cosyvino.converted import find_converted_dir
+    from cosyvino.errors import ConvertedModelError
 
     runtime, args = _CONVERTED[backend]
     try:

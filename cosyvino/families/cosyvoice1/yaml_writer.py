@@ -7,7 +7,7 @@ Round-trip: ``read_model_config(render_cosyvoice_yaml(cfg)) == cfg`` (tested). N
 
 from __future__ import annotations
 
-from ..config import EncoderConfig, ModelConfig
+from cosyvino.families.cosyvoice1.config import EncoderConfig, ModelConfig
 
 _ENCODER_CLASS = {"conformer": "cosyvoice.transformer.encoder.ConformerEncoder",
                   "transformer": "cosyvoice.transformer.encoder.TransformerEncoder"}

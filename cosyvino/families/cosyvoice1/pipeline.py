@@ -13,13 +13,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .backends.base import LLMSession, Stages
-from .cfm import solve_euler_cfg
-from .errors import InputError
-from .length_regulation import interpolation_matrix, mel_frames_for_tokens
-from .nsf import draw_source_noise
-from .sampling import ras_sample
-from .timing import StageTimes
+from cosyvino.backends.base import LLMSession, Stages
+from cosyvino.families.cosyvoice1.cfm import solve_euler_cfg
+from cosyvino.errors import InputError
+from cosyvino.families.cosyvoice1.length_regulation import interpolation_matrix, mel_frames_for_tokens
+from cosyvino.families.cosyvoice1.nsf import draw_source_noise
+from cosyvino.families.cosyvoice1.sampling import ras_sample
+from cosyvino.timing import StageTimes
 
 
 def linear_resize_time(mel: np.ndarray, n_out: int) -> np.ndarray:

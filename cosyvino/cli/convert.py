@@ -10,7 +10,7 @@ import time
 
 import click
 
-from .cli_errors import friendly_errors as _friendly_errors
+from cosyvino.cli.errors import friendly_errors as _friendly_errors
 
 
 @click.command("convert")
@@ -39,9 +39,9 @@ def convert(model_dir, fmt, out_dir, weights, force, as_json):
     """
     import json
 
-    from .converted import RUNTIME_SUBDIRS, read_manifest
-    from .defaults import ensure_default_model
-    from .errors import BackendError
+    from cosyvino.converted import RUNTIME_SUBDIRS, read_manifest
+    from cosyvino.defaults import ensure_default_model
+    from cosyvino.errors import BackendError
 
     if fmt == "onnx" and weights != "fp32":
         raise click.BadParameter("ONNX export stores fp32 weights only (ONNX Runtime's CPU "
@@ -49,9 +49,9 @@ def convert(model_dir, fmt, out_dir, weights, force, as_json):
                                  "openvino", param_hint="--weights")
     try:
         if fmt == "onnx":
-            from .export.onnx import convert_model_dir
+            from cosyvino.export.onnx import convert_model_dir
         else:
-            from .export.openvino import convert_model_dir
+            from cosyvino.export.openvino import convert_model_dir
     except ImportError as e:
         extra = "onnxruntime" if fmt == "onnx" else "openvino"
         raise BackendError(f"cosyvino convert --format {fmt} needs torch and {extra} ({e}); "
@@ -107,7 +107,7 @@ def _llm_layout(runtime: str) -> dict:
     """The LLM export-layout manifest fields a fresh conversion for ``runtime`` records (a dir
     with other values was written by an older exporter and is not up to date)."""
     if runtime == "openvino":
-        from .export.openvino.model_patcher import LLM_LAYOUT
+        from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
         return LLM_LAYOUT
     return {"pos_bucket": 1}
 
@@ -118,9 +118,9 @@ def up_to_date_conversion(model_dir: str, out_dir: str, runtime: str, weights: s
     missing, invalid (:func:`cosyvino.converted.validate_converted_dir` against ``model_dir``'s
     source files), other weights, written by another cosyvino / runtime version, or with
     another LLM export layout (``llm.pos_bucket``, ``llm.query_pos_projection``)."""
-    from . import __version__
-    from .converted import MANIFEST, validate_converted_dir
-    from .errors import CosyvinoError
+    from cosyvino import __version__
+    from cosyvino.converted import MANIFEST, validate_converted_dir
+    from cosyvino.errors import CosyvinoError
 
     if not os.path.isfile(os.path.join(out_dir, MANIFEST)):
         return None

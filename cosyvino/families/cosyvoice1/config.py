@@ -1,7 +1,7 @@
 """Typed hyperparameters of a CosyVoice v1 model.
 
-Filled from the official ``cosyvoice.yaml`` by :mod:`cosyvino.models.yaml_config` (which never
-imports or runs what the yaml names) or from a built-in preset (:mod:`cosyvino.models.presets`).
+Filled from the official ``cosyvoice.yaml`` by :mod:`cosyvino.families.cosyvoice1.yaml_config` (which never
+imports or runs what the yaml names) or from a built-in preset (:mod:`cosyvino.families.cosyvoice1.presets`).
 Field names follow the upstream constructor arguments so a reader can map them back to the yaml.
 This module must not import torch.
 """
