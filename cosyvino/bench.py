@@ -124,14 +124,28 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
         rows.append(row)
     mean = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]
             if isinstance(rows[0][k], (int, float)) and rows[0][k] is not None}
+    # what the runtime compiled the LLM with (stages that report it: OpenVINO's property
+    # names) and the LLM's stored weight precision from a converted dir's manifest
     info = getattr(tts.stages, "compile_info", None)
     manifest = getattr(tts.stages, "manifest", None) or {}
-    llm_weights = manifest.get("files", {}).get("llm.bin", {}).get("precision")
+    llm_weights = llm_weight_precision(manifest)
     return {"backend": backend, "options": options, "threads": threads,
             "load_s": load_s, "peak_rss_mb": peak_rss_mb(), "load_peak_rss_mb": load_peak,
             "rows": rows, "mean": mean,
             "compile_info": info.get("llm") if info else None, "llm_weights": llm_weights,
             "torch_imported": "torch" in sys.modules}
+
+
+def llm_weight_precision(manifest: dict) -> str | None:
+    """The stored precision of the LLM step graph's weights in a converted dir's manifest
+    (``fp32``, ``int8-weights`` after ``cosyvino quantize``...): the one recorded for the
+    largest file of stage ``llm`` (the file holding its weights: an IR's ``.bin``, an ONNX file
+    or its external data); None when none is recorded."""
+    files = [rec for rec in manifest.get("files", {}).values()
+             if isinstance(rec, dict) and rec.get("stage") == "llm" and rec.get("precision")]
+    if not files:
+        return None
+    return max(files, key=lambda rec: rec.get("size", 0))["precision"]
 
 
 def module_subprocess_env() -> dict:

@@ -20,6 +20,10 @@ Layout of a converted directory (self-contained for serving)::
 The manifest's ``runtime`` names the runtime the files are for (manifests written before the
 field existed are OpenVINO ones) and ``stage_ext`` the stage file extension.
 
+Whether a conversion is current (what ``Backend.prepare`` and ``cosyvino convert`` keep) is
+decided by one rule, :func:`conversion_status`; each converting backend supplies the manifest
+fields a fresh conversion of its own would write.
+
 Integrity rules checked at load (:func:`validate_converted_dir`): the manifest's own checksum
 (an edited manifest is refused), every listed file present with the recorded size, small files
 (xml, json, npy, npz, yaml) by full sha256, large ``.bin`` files by size and a sha256 of their
@@ -33,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from .errors import ConvertedModelError
 
@@ -46,6 +50,8 @@ RUNTIME_SUBDIRS = {"openvino": DEFAULT_SUBDIR, "onnxruntime": "onnx"}
 STAGE_EXTS = {"openvino": ".xml", "onnxruntime": ".onnx"}
 #: runtime -> ``cosyvino convert`` arguments that write it
 _CONVERT_HINT = {"openvino": "cosyvino convert", "onnxruntime": "cosyvino convert --format onnx"}
+#: runtime -> what its converted model is called in messages
+_RUNTIME_LABELS = {"openvino": "OpenVINO", "onnxruntime": "ONNX"}
 SPEAKERS_FILE = "speakers.json"
 SOURCE_FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt")
 OPTIONAL_SOURCE_FILES = ("campplus.onnx", "speech_tokenizer_v1.onnx")
@@ -221,9 +227,22 @@ def read_speaker_names(conv_dir) -> list[str]:
     return names
 
 
+def _has_sources(conv_dir: str, parent: str) -> bool:
+    """True when ``parent`` holds a weights file the conversion in ``conv_dir`` was made from
+    (its manifest's ``source`` records, any family; config files alone do not count)."""
+    try:
+        with open(os.path.join(conv_dir, MANIFEST), encoding="utf-8") as f:
+            names = list(json.load(f).get("source", {}))
+    except (OSError, ValueError, AttributeError):
+        names = ["llm.pt"]
+    return any(os.path.isfile(os.path.join(parent, n)) for n in names
+               if not n.endswith((".yaml", ".json")))
+
+
 def find_converted_dir(model_dir: str, runtime: str = "openvino") -> tuple[str, str | None]:
     """``(converted_dir, source_dir or None)`` for a converted dir or an official dir with the
-    runtime's subdir (``openvino/``, ``onnx/``: :data:`RUNTIME_SUBDIRS`). Raises
+    runtime's subdir (``openvino/``, ``onnx/``: :data:`RUNTIME_SUBDIRS`; another runtime's
+    subdir is named like the runtime). Raises
     :class:`ConvertedModelError` when there is none (the runtime of a dir given directly is
     checked by :func:`read_manifest` / :func:`validate_converted_dir` with ``runtime``).
 
@@ -235,14 +254,106 @@ def find_converted_dir(model_dir: str, runtime: str = "openvino") -> tuple[str, 
         raise ConvertedModelError(f"model directory not found: {model_dir}", model_dir)
     if os.path.isfile(os.path.join(model_dir, MANIFEST)):
         parent = os.path.dirname(os.path.abspath(model_dir))
-        has_src = os.path.isfile(os.path.join(parent, "llm.pt"))
-        return model_dir, (parent if has_src else None)
-    subdir = RUNTIME_SUBDIRS[runtime]
+        return model_dir, (parent if _has_sources(model_dir, parent) else None)
+    subdir = RUNTIME_SUBDIRS.get(runtime, runtime)
     sub = os.path.join(model_dir, subdir)
     if os.path.isfile(os.path.join(sub, MANIFEST)):
         return sub, model_dir
     path = os.path.join(model_dir, MANIFEST)
-    what = "OpenVINO" if runtime == "openvino" else "ONNX"
+    what = _RUNTIME_LABELS.get(runtime, runtime)
     raise ConvertedModelError(
         f"{model_dir} has no converted {what} model ({MANIFEST} not found there or in "
-        f"{subdir}/); run `{_CONVERT_HINT[runtime]} --model-dir {model_dir}` first", path)
+        f"{subdir}/); run `{convert_hint(runtime)} --model-dir {model_dir}` first", path)
+
+
+class ConversionStatus(NamedTuple):
+    """Answer of :func:`conversion_status` (and of ``Backend.conversion_status``).
+
+    Attributes:
+        current: ``dir`` can be served as it is: nothing needs converting.
+        dir: the converted dir looked at (absolute for a subdir found or written by default;
+            as given otherwise), None when there is none yet.
+        reason: one line: why it is current, or what makes it stale / missing.
+    """
+
+    current: bool
+    dir: str | None
+    reason: str
+
+
+#: values of manifest fields in manifests written before the field existed (compared by
+#: :func:`conversion_status` as if recorded): every early conversion stored fp32 weights and
+#: the exact-length LLM position table
+_FIELD_DEFAULTS = {"weights": "fp32", "llm": {"pos_bucket": 1}}
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _describe(key: str, value) -> str:
+    if key == "weights":
+        return f"{value} weights"
+    if key == "cosyvino_version":
+        return f"cosyvino {value}"
+    return f"{key} {value}"
+
+
+def conversion_status(model_dir, out_dir, runtime: str, expected: dict, *,
+                      subdir: str | None = None) -> ConversionStatus:
+    """The single freshness rule for converted dirs: is there a conversion of ``model_dir`` for
+    ``runtime`` that can be served as it is?
+
+    * ``model_dir`` is itself a converted dir (and ``out_dir`` is None or the same dir):
+      current when its manifest is for ``runtime`` (served as it is: there is no checkpoint
+      next to it to convert from).
+    * otherwise the dir looked at is ``out_dir`` (default ``model_dir/SUBDIR``: ``subdir``,
+      else the runtime's in :data:`RUNTIME_SUBDIRS`, else the runtime's name). It is current
+      when :func:`validate_converted_dir` accepts it against ``model_dir``'s source files
+      (manifest checksum and format, runtime, every listed file, sources unchanged) and every
+      field of ``expected`` equals the manifest's (a dict value is compared key by key, e.g.
+      ``{"llm": {"pos_bucket": 64}}``; fields a manifest predates count with their historical
+      values, ``weights`` ``fp32`` and ``llm.pos_bucket`` 1).
+
+    ``expected`` holds what a fresh conversion here would record: stored weights, the cosyvino
+    and exporter versions, the LLM export layout. A backend leaves out what it cannot know
+    (e.g. the exporter's version when the exporter is not installed, so the dir could not be
+    rewritten here anyway). Reads only the manifest and hashes files; imports nothing.
+
+    Raises:
+        ConvertedModelError: ``model_dir`` is a converted dir of another runtime or with an
+            unreadable manifest (there is nothing to convert it from).
+    """
+    model_dir = os.fspath(model_dir)
+    if not os.path.isdir(model_dir):
+        return ConversionStatus(False, None, f"model directory not found: {model_dir}")
+    if is_converted_dir(model_dir) and (out_dir is None or _same_path(os.fspath(out_dir),
+                                                                      model_dir)):
+        read_manifest(model_dir, runtime)
+        return ConversionStatus(True, model_dir, "a converted directory itself, served as it "
+                                                 "is")
+    default = subdir or RUNTIME_SUBDIRS.get(runtime, runtime)
+    target = os.fspath(out_dir) if out_dir is not None else os.path.abspath(
+        os.path.join(model_dir, default))
+    if not os.path.isfile(os.path.join(target, MANIFEST)):
+        return ConversionStatus(False, None, f"no conversion in {target}")
+    try:
+        manifest = validate_converted_dir(target, model_dir, runtime=runtime)
+    except ConvertedModelError as e:
+        return ConversionStatus(False, target, str(e))
+    for key, want in expected.items():
+        have = manifest.get(key, _FIELD_DEFAULTS.get(key))
+        if isinstance(want, dict):
+            have = have if isinstance(have, dict) else {}
+            defaults = _FIELD_DEFAULTS.get(key, {})
+            for sub, w in want.items():
+                h = have.get(sub, defaults.get(sub) if isinstance(defaults, dict) else None)
+                if h != w:
+                    return ConversionStatus(False, target, f"{key}.{sub} is {h!r} in {target}, "
+                                                           f"a fresh conversion writes {w!r}")
+        elif have != want:
+            return ConversionStatus(False, target, f"{key} is {have!r} in {target}, a fresh "
+                                                   f"conversion writes {want!r}")
+    parts = ["same source files"] + [_describe(k, v) for k, v in expected.items()
+                                     if not isinstance(v, dict)]
+    return ConversionStatus(True, target, ", ".join(parts))

@@ -17,3 +17,9 @@ hookimpl = pluggy.HookimplMarker("cosyvino")
 def register_backends(register):
     """Call ``register(backend_class)`` for each :class:`cosyvino.backends.Backend` subclass
     this plugin provides."""
+
+
+@hookspec
+def register_families(register):
+    """Call ``register(family_class)`` for each :class:`cosyvino.families.base.ModelFamily`
+    subclass this plugin provides (a model family: config, graph table, modes, program)."""

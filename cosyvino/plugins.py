@@ -8,6 +8,7 @@ skipped; it never breaks the others.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
 import os
@@ -19,6 +20,10 @@ from . import hookspecs
 from .errors import BackendError, PluginError
 
 ENTRY_POINT_GROUP = "cosyvino"
+#: plugin modules of the core, registered in every PluginManager through the same hooks as
+#: entry-point plugins (not subject to ``COSYVINO_PLUGINS``: cosyvino cannot read a model dir
+#: without its built-in family)
+BUILTIN_PLUGINS = ("cosyvino.families.cosyvoice1",)
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
@@ -41,6 +46,8 @@ def get_plugin_manager() -> pluggy.PluginManager:
             return _pm
         pm = pluggy.PluginManager("cosyvino")
         pm.add_hookspecs(hookspecs)
+        for name in BUILTIN_PLUGINS:
+            pm.register(importlib.import_module(name), name=name)
         allowed = _allowed_names()
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             if allowed is not None and ep.name not in allowed:
@@ -71,30 +78,44 @@ def _reset_for_tests() -> None:
         _errors.clear()
 
 
-def backend_classes() -> dict[str, type]:
-    """All registered backend classes by ``Backend.name``; malformed ones are skipped."""
-    from .backends.base import Backend
-
+def _collect(hook_name: str, base: type, what: str) -> dict[str, type]:
+    """Classes registered through ``hook_name`` by name; malformed ones are reported by plugin
+    name and skipped."""
     pm = get_plugin_manager()
     found: dict[str, type] = {}
-    for impl in pm.hook.register_backends.get_hookimpls():
+    for impl in getattr(pm.hook, hook_name).get_hookimpls():
         plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
         collected: list = []
         try:
             impl.function(register=collected.append)
         except Exception as e:
-            _errors[plugin_name] = f"register_backends raised {type(e).__name__}: {e}"
+            _errors[plugin_name] = f"{hook_name} raised {type(e).__name__}: {e}"
             log.warning("cosyvino plugin %r: %s", plugin_name, _errors[plugin_name])
             continue
         for cls in collected:
-            if not (isinstance(cls, type) and issubclass(cls, Backend)
+            if not (isinstance(cls, type) and issubclass(cls, base)
                     and isinstance(getattr(cls, "name", None), str) and cls.name):
-                _errors[plugin_name] = (f"registered {cls!r}, which is not a Backend subclass "
+                _errors[plugin_name] = (f"registered {cls!r}, which is not a {what} subclass "
                                         "with a non-empty 'name'")
                 log.warning("cosyvino plugin %r: %s", plugin_name, _errors[plugin_name])
                 continue
             found.setdefault(cls.name, cls)
     return found
+
+
+def backend_classes() -> dict[str, type]:
+    """All registered backend classes by ``Backend.name``; malformed ones are skipped."""
+    from .backends.base import Backend
+
+    return _collect("register_backends", Backend, "Backend")
+
+
+def family_classes() -> dict[str, type]:
+    """All registered model families by ``ModelFamily.name`` (the built-in ``cosyvoice1``
+    first); malformed ones are skipped."""
+    from .families.base import ModelFamily
+
+    return _collect("register_families", ModelFamily, "ModelFamily")
 
 
 def get_backend(name: str) -> type:

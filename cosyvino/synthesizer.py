@@ -1,13 +1,15 @@
-"""The public synthesis API: text + speaker -> audio, whole or streamed per text segment.
+"""The public synthesis API: text + voice -> audio, whole or streamed per text segment.
 
-``Synthesizer`` ties the text frontend, a backend's stages and the shared pipeline together.
-Deterministic for a given ``seed`` (numpy Generator drives sampling, flow noise and the NSF
-source). Not torch-dependent itself; the backend decides.
+``Synthesizer`` loads a model on a backend and runs :class:`cosyvino.request.SynthesisRequest` s
+on the engine (:mod:`cosyvino.engine`): in the caller's thread (``synthesize`` / ``stream``) or
+on worker threads (``submit``, what the server uses). Deterministic for a given ``seed``: the
+engine's random draws are indexed by seed and position, so whole, streamed and scheduled runs
+give the same audio. Not torch-dependent itself; the backend decides.
 """
 
 from __future__ import annotations
 
-import math
+import os
 import threading
 import time
 from typing import Callable, Iterator, Sequence
@@ -15,44 +17,13 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .audio import Audio
-from .backends.base import LLMSession
-from .errors import BackendError, InputError, SynthesisCancelled, UnknownSpeakerError
-from .frontend import TextFrontend
-from cosyvino.families.cosyvoice1.pipeline import Pipeline, linear_resize_time  # noqa: F401  (re-export for users)
+from .engine import Engine, RequestHandle, Scheduler
+from .errors import BackendError, InputError, ModelDirError
+from .families import get_family
 from .plugins import get_backend
-from .timing import StageTimes
-
-MIN_SPEED, MAX_SPEED = 0.25, 4.0
-
-
-def _stats(times: StageTimes, audio_seconds: float, wall: float, n_tokens: int) -> dict:
-    return {
-        "stages": times.as_dict(),
-        "speech_tokens": n_tokens,
-        "audio_seconds": round(audio_seconds, 4),
-        "wall_seconds": round(wall, 4),
-        "rtf": round(wall / audio_seconds, 4) if audio_seconds > 0 else None,
-    }
-
-
-class _CancellableSession(LLMSession):
-    """Wraps a backend LLM session; raises SynthesisCancelled at the next token once
-    ``cancel`` is set (so a cancelled request stops mid-segment, not after it)."""
-
-    def __init__(self, inner: LLMSession, cancel: threading.Event):
-        self._inner = inner
-        self._cancel = cancel
-
-    def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
-        if self._cancel.is_set():
-            raise SynthesisCancelled("synthesis cancelled")
-        return self._inner.forward(inputs_embeds)
-
-    def reset(self) -> None:
-        self._inner.reset()
-
-    def close(self) -> None:
-        self._inner.close()
+from .request import SynthesisRequest
+from .timing import StageTimes, audio_stats
+from .voices import Voice
 
 
 class SegmentStream:
@@ -74,45 +45,66 @@ class SegmentStream:
 
 
 class Synthesizer:
-    """CosyVoice v1 text-to-speech on one backend.
+    """CosyVoice text-to-speech on one backend.
 
     Args:
         model_dir: an official-layout model directory (CosyVoice-300M-SFT download or a
-            ``cosyvino make-model`` output). None = the embedded default (created on first use,
-            synthetic).
+            ``cosyvino make-model`` output) or a converted one. None = the embedded default
+            (``cosyvino.defaults.default_model_dir()``), which must exist already: the CLI
+            (``cosyvino demo``/``serve``/``synth`` without ``--model-dir``) creates the synthetic
+            default, loudly; the library never writes 1.7 GB behind a caller's back.
         backend: backend plugin name (``cosyvino backends`` lists them; ``"torch"`` built in).
         num_threads: CPU threads for the backend (None = backend default).
-        max_parallel: how many segments may run at once on this one loaded model (from
-            different threads; each call has its own LLM session). Values > 1 need a backend
+        max_parallel: how many requests may run steps at once on this one loaded model (from
+            different threads; each request has its own LLM session). Values > 1 need a backend
             whose stages are thread-safe per call (``Stages.thread_safe``); default 1
-            serializes segments.
+            serializes steps.
         **backend_options: passed to the backend's ``load``.
 
     Raises:
-        ModelDirError / ConfigError / CheckpointError: bad model directory.
+        ModelDirError / ConfigError / CheckpointError: bad (or, for None, absent) model dir.
         BackendError: unknown or unusable backend.
     """
 
     def __init__(self, model_dir: str | None = None, backend: str = "torch", *,
                  num_threads: int | None = None, max_parallel: int = 1, **backend_options):
         if model_dir is None:
-            from .defaults import ensure_default_model
-            model_dir = ensure_default_model()
+            model_dir = _existing_default_model()
         self.model_dir = str(model_dir)
         self.backend_name = backend
         backend_cls = get_backend(backend)
         start = time.perf_counter()
-        self.stages = backend_cls.load(self.model_dir, num_threads=num_threads,
-                                       **backend_options)
+        stages = backend_cls.load(self.model_dir, num_threads=num_threads, **backend_options)
         self.load_seconds = time.perf_counter() - start
-        self.config = self.stages.config
-        self.pipeline = Pipeline(self.stages)
-        self.frontend = TextFrontend()
+        self._attach(stages, max_parallel)
+
+    @classmethod
+    def from_stages(cls, stages, *, backend_name: str = "custom", model_dir: str | None = None,
+                    max_parallel: int = 1) -> "Synthesizer":
+        """A Synthesizer around already loaded ``stages`` (a family's
+        :class:`cosyvino.backends.Stages` subclass), e.g. a wrapper that records or times
+        stage calls. Raises as :meth:`set_max_parallel`."""
+        self = cls.__new__(cls)
+        self.model_dir = model_dir
+        self.backend_name = backend_name
+        self.load_seconds = 0.0
+        self._attach(stages, max_parallel)
+        return self
+
+    def _attach(self, stages, max_parallel: int) -> None:
+        self.stages = stages
+        self.config = stages.config
+        self.family = get_family(getattr(stages, "family", "") or "cosyvoice1")
+        self.frontend = self.family.make_frontend(self.config)
+        self.pipeline = self.family.pipeline(stages)
+        self.voices: dict[str, Voice] = {}
+        self._scheduler: Scheduler | None = None
+        self._scheduler_lock = threading.Lock()
         self.set_max_parallel(max_parallel)
 
     def set_max_parallel(self, n: int) -> None:
-        """Allow ``n`` segments to run at once on this model (see ``max_parallel``). Call it
-        while no synthesis is running.
+        """Allow ``n`` requests to run steps at once on this model (see ``max_parallel``). Call
+        it while no synthesis is running.
 
         Raises:
             InputError: ``n`` is not a positive integer.
@@ -124,8 +116,13 @@ class Synthesizer:
             raise BackendError(f"backend {self.backend_name!r} is not thread-safe per call; "
                                "use one Synthesizer per worker (max_parallel=1)")
         self.max_parallel = n
-        # Guards the stage calls: a plain lock (n = 1) or a bounded semaphore.
+        # Guards the engine steps: a plain lock (n = 1) or a bounded semaphore.
         self._lock = threading.Lock() if n == 1 else threading.BoundedSemaphore(n)
+        self.engine = Engine(self.stages, self.family, self.frontend, lock=self._lock,
+                             voices=self.voices)
+        if getattr(self, "_scheduler", None) is not None:
+            self._scheduler.close()
+            self._scheduler = None
 
     # ---- properties --------------------------------------------------------------------------
     @property
@@ -138,93 +135,55 @@ class Synthesizer:
         """Output sample rate in Hz (22050 for CosyVoice v1)."""
         return self.config.sample_rate
 
-    # ---- validation --------------------------------------------------------------------------
-    def _embedding(self, speaker: str) -> np.ndarray:
-        if not isinstance(speaker, str) or speaker not in self.stages.speakers:
-            raise UnknownSpeakerError(str(speaker), self.stages.speakers)
-        return self.stages.speakers[speaker]
-
-    @staticmethod
-    def _check_speed(speed: float) -> float:
-        try:
-            speed = float(speed)
-        except (TypeError, ValueError):
-            raise InputError(f"speed must be a number, got {speed!r}") from None
-        if not (math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
-            raise InputError(f"speed must be in [{MIN_SPEED}, {MAX_SPEED}], got {speed}")
-        return speed
-
-    @staticmethod
-    def _rng(seed: int | None) -> np.random.Generator:
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int,
-                                                                                  np.integer))
-                                 or seed < 0):
-            raise InputError(f"seed must be a non-negative integer or None, got {seed!r}")
-        return np.random.default_rng(seed)
+    @property
+    def modes(self) -> list[str]:
+        """Synthesis modes of the model's family (CosyVoice v1 today: ``sft``)."""
+        return list(self.family.modes)
 
     # ---- synthesis ---------------------------------------------------------------------------
-    def stream(self, text: str, speaker: str, *, speed: float = 1.0, seed: int | None = None,
+    def request(self, text: str, speaker, *, speed: float = 1.0, seed: int | None = None,
+                num_speech_tokens: int | None = None) -> SynthesisRequest:
+        """The :class:`SynthesisRequest` that :meth:`stream` / :meth:`synthesize` run."""
+        return SynthesisRequest(text=text, voice=speaker, speed=speed, seed=seed,
+                                num_speech_tokens=num_speech_tokens)
+
+    def stream(self, text: str | SynthesisRequest, speaker: str | Voice | None = None, *,
+               speed: float = 1.0, seed: int | None = None,
                num_speech_tokens: int | None = None,
                cancel: threading.Event | None = None) -> SegmentStream:
-        """Yield one :class:`Audio` per text segment, as soon as it is synthesized.
+        """Yield one :class:`Audio` per text segment, as soon as it is synthesized (in this
+        thread, while iterating).
 
         Args:
-            text: text to speak (zh/en/ja/yue/ko; language tags like ``<|en|>`` pass through).
-            speaker: a speaker id from :attr:`speakers`.
+            text: text to speak (zh/en/ja/yue/ko; language tags like ``<|en|>`` pass through),
+                or a whole :class:`SynthesisRequest` (the other arguments are then ignored).
+            speaker: a speaker id from :attr:`speakers` (or a :class:`Voice`).
             speed: 0.25..4.0, tempo change by mel interpolation (upstream ``speed``).
-            seed: makes the output reproducible (None = random).
+            seed: makes the output reproducible (None = random; the seed used is in
+                ``Audio.stats["seed"]``).
             num_speech_tokens: force exactly this many speech tokens per segment (50 tokens =
                 1 s; benchmarks).
-            cancel: when set (from another thread), synthesis stops at the next speech token
-                and the iterator raises :class:`~cosyvino.errors.SynthesisCancelled`.
+            cancel: when set (from another thread), synthesis stops before the next step (the
+                next speech token) and the iterator raises
+                :class:`~cosyvino.errors.SynthesisCancelled`.
 
-        Raises:
+        Raises (at the call, before anything runs):
             EmptyTextError: nothing speakable in ``text``.
             UnknownSpeakerError: ``speaker`` unknown (message lists valid ones).
             InputError: bad speed / seed / num_speech_tokens / text type.
         """
-        if not isinstance(text, str):
-            raise InputError(f"text must be a string, got {type(text).__name__}")
-        embedding = self._embedding(speaker)
-        speed = self._check_speed(speed)
-        if num_speech_tokens is not None and (not isinstance(num_speech_tokens, int)
-                                              or num_speech_tokens < 1):
-            raise InputError(f"num_speech_tokens must be a positive integer, got "
-                             f"{num_speech_tokens!r}")
-        rng = self._rng(seed)
-        segments = self.frontend.segments(text)  # raises EmptyTextError
-        return SegmentStream(self._run_segments(segments, embedding, rng, speed,
-                                                num_speech_tokens, cancel), len(segments))
+        req = text if isinstance(text, SynthesisRequest) else self.request(
+            text, speaker, speed=speed, seed=seed, num_speech_tokens=num_speech_tokens)
+        state = self.engine.start(req, cancel)
+        return SegmentStream(self.engine.run(state), state.total_segments)
 
-    def _run_segments(self, segments, embedding, rng, speed, num_tokens,
-                      cancel=None) -> Iterator[Audio]:
-        for seg in segments:
-            if cancel is not None and cancel.is_set():
-                raise SynthesisCancelled("synthesis cancelled")
-            times = StageTimes()
-            start = time.perf_counter()
-            session = (None if cancel is None
-                       else _CancellableSession(self.stages.new_llm_session(), cancel))
-            try:
-                with self._lock:
-                    wav, tokens = self.pipeline.segment_to_wav(
-                        seg.token_ids, embedding, rng, speed=speed, num_tokens=num_tokens,
-                        session=session, times=times)
-            finally:
-                if session is not None:
-                    session.close()
-            wall = time.perf_counter() - start
-            audio = Audio(wav, self.sample_rate, tokens, {})
-            audio.stats = _stats(times, audio.duration, wall, int(tokens.size))
-            audio.stats["text"] = seg.text
-            yield audio
-
-    def synthesize(self, text: str, speaker: str, *, speed: float = 1.0,
-                   seed: int | None = None, num_speech_tokens: int | None = None,
+    def synthesize(self, text: str | SynthesisRequest, speaker: str | Voice | None = None, *,
+                   speed: float = 1.0, seed: int | None = None,
+                   num_speech_tokens: int | None = None,
                    on_segment: Callable[[int, int], None] | None = None) -> Audio:
         """Synthesize the whole text; segments are concatenated. Same arguments and errors as
         :meth:`stream`; ``on_segment(done, total)`` is called after each segment (progress).
-        ``Audio.stats`` has per-stage seconds, RTF and first-segment latency."""
+        ``Audio.stats`` has per-stage seconds, RTF, first-segment latency and the seed."""
         start = time.perf_counter()
         chunks: list[Audio] = []
         first_latency = None
@@ -238,28 +197,35 @@ class Synthesizer:
                 on_segment(len(chunks), stream.total)
         return self._join(chunks, time.perf_counter() - start, first_latency)
 
+    def submit(self, request: SynthesisRequest, *, cancel: threading.Event | None = None,
+               callback: Callable | None = None) -> RequestHandle:
+        """Run ``request`` on this model's scheduler (``max_parallel`` worker threads, steps
+        of concurrent requests interleaved); returns at once with a
+        :class:`~cosyvino.engine.RequestHandle` (iterate it, or pass ``callback``).
+
+        Raises (here, before anything runs): the errors of :meth:`stream`.
+        """
+        with self._scheduler_lock:
+            if self._scheduler is None:
+                self._scheduler = Scheduler([self.engine] * self.max_parallel)
+            scheduler = self._scheduler
+        return scheduler.submit(request, cancel=cancel, callback=callback)
+
     def tokens_to_audio(self, speech_tokens: Sequence[int], speaker: str, *, speed: float = 1.0,
                         seed: int | None = None) -> Audio:
         """Vocode given speech tokens (ids 0..4095) with ``speaker``'s flow embedding
-        (token-to-wav; skips the LLM)."""
+        (token-to-wav; skips the LLM). Raises InputError for tokens that are not a non-empty
+        1-D integer sequence within the vocabulary, UnknownSpeakerError, bad speed/seed."""
         tokens = np.asarray(speech_tokens)
         if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):
             raise InputError("speech_tokens must be a non-empty 1-D sequence of integers")
-        vocab = self.config.flow.vocab_size
-        if tokens.min() < 0 or tokens.max() >= vocab:
-            raise InputError(f"speech tokens must be in [0, {vocab - 1}]")
-        embedding = self._embedding(speaker)
-        speed = self._check_speed(speed)
-        rng = self._rng(seed)
-        times = StageTimes()
+        req = SynthesisRequest(voice=speaker, speed=speed, seed=seed, speech_tokens=tokens)
         start = time.perf_counter()
-        with self._lock:
-            wav, _ = self.pipeline.segment_to_wav([], embedding, rng, speed=speed,
-                                                  speech_tokens=tokens.astype(np.int64),
-                                                  times=times)
-        wall = time.perf_counter() - start
-        audio = Audio(wav, self.sample_rate, tokens.astype(np.int64))
-        audio.stats = _stats(times, audio.duration, wall, int(tokens.size))
+        chunks = list(self.stream(req))
+        audio = chunks[0]
+        audio.stats = {**audio_stats(_times_of(chunks), audio.duration,
+                                time.perf_counter() - start, int(tokens.size)),
+                       "seed": audio.stats.get("seed")}
         return audio
 
     def _join(self, chunks: list[Audio], wall: float, first_latency: float | None) -> Audio:
@@ -267,17 +233,21 @@ class Synthesizer:
                                                                                       np.float32)
         tokens = (np.concatenate([c.speech_tokens for c in chunks]) if chunks
                   else np.zeros(0, np.int64))
-        times = StageTimes()
-        for c in chunks:
-            for name, v in c.stats["stages"].items():
-                times.seconds[name] += v["seconds"]
-                times.calls[name] += v["calls"]
         audio = Audio(samples.astype(np.float32), self.sample_rate, tokens)
-        audio.stats = _stats(times, audio.duration, wall, int(tokens.size))
+        audio.stats = audio_stats(_times_of(chunks), audio.duration, wall, int(tokens.size))
         audio.stats["segments"] = len(chunks)
         audio.stats["first_segment_latency"] = (round(first_latency, 4)
                                                 if first_latency is not None else None)
+        if chunks:
+            audio.stats["seed"] = chunks[0].stats.get("seed")
         return audio
+
+    def close(self) -> None:
+        """Stop the scheduler's workers (if any) and release the backend."""
+        if self._scheduler is not None:
+            self._scheduler.close()
+            self._scheduler = None
+        self.stages.close()
 
     # ---- planner (issue 5): Synthesizer.auto ------------------------------------------------
     #: the :class:`cosyvino.planner.Plan` this instance was built from (``auto`` only)
@@ -308,3 +278,27 @@ class Synthesizer:
 
         resolved = resolve_plan(model_dir, plan, goal=goal)
         return synthesizer_from_plan(cls, model_dir, resolved)
+
+
+def _times_of(chunks: list[Audio]) -> StageTimes:
+    times = StageTimes()
+    for c in chunks:
+        for name, v in c.stats["stages"].items():
+            times.seconds[name] += v["seconds"]
+            times.calls[name] += v["calls"]
+    return times
+
+
+def _existing_default_model() -> str:
+    """The embedded default model dir when it holds a model; else ModelDirError saying how to
+    create it (the library does not write the synthetic default itself)."""
+    from .defaults import default_model_dir
+
+    path = default_model_dir()
+    if os.path.isfile(os.path.join(path, "cosyvoice.yaml")):
+        return path
+    raise ModelDirError(
+        f"no model_dir given and no model at the default location {path}; pass the directory "
+        "of a CosyVoice checkpoint (e.g. CosyVoice-300M-SFT), or create the SYNTHETIC default "
+        "(random weights, ~1.7 GB) with `cosyvino make-model --preset 300m " + path + "` or by "
+        "running `cosyvino demo` once", path)

@@ -37,3 +37,15 @@ class StageTimes:
     def as_dict(self) -> dict:
         return {k: {"seconds": round(self.seconds[k], 6), "calls": self.calls[k]}
                 for k in self.seconds}
+
+
+def audio_stats(times: StageTimes, audio_seconds: float, wall: float, n_tokens: int) -> dict:
+    """The ``Audio.stats`` dict of a chunk or a whole synthesis: per-stage seconds/calls,
+    speech tokens, audio and wall seconds, and RTF (wall / audio seconds; None for no audio)."""
+    return {
+        "stages": times.as_dict(),
+        "speech_tokens": n_tokens,
+        "audio_seconds": round(audio_seconds, 4),
+        "wall_seconds": round(wall, 4),
+        "rtf": round(wall / audio_seconds, 4) if audio_seconds > 0 else None,
+    }

@@ -183,6 +183,7 @@ def test_auto_replans_for_another_model_dir(tiny_model_dir, tmp_path, monkeypatc
 
 
 def test_tune_measures_candidates(tiny_model_dir, monkeypatch):
+    from cosyvino import Synthesizer
     from cosyvino.planner import probe
     from cosyvino.planner.tune import apply_tuning, candidates, tune
 
@@ -192,7 +193,7 @@ def test_tune_measures_candidates(tiny_model_dir, monkeypatch):
     cands = candidates(plan, p)
     assert 2 <= len(cands) <= 6 and cands[0]["label"] == "plan"
     # generous budget: tuning stops after the last candidate; the budget only bounds a slow host
-    rec = tune(plan, p, tiny_model_dir, seconds=300, tokens=10)
+    rec = tune(plan, p, tiny_model_dir, synthesizer=Synthesizer, seconds=300, tokens=10)
     measured = [c for c in rec["candidates"] if c.get("status") == "ok"]
     assert len(measured) >= 2
     assert all(c["wall_s"] > 0 and c["rtf"] > 0 and c["load_s"] >= 0 for c in measured)

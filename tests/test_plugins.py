@@ -360,3 +360,298 @@ def test_conformance_names_a_bad_prepare_or_load_once(tmp_path):
     assert "returned NoneType, not a cosyvino.backends.Stages" in failed[1]
     assert "must not be reached" not in out and " error" not in out.splitlines()[-1]
     assert "skipped" in out.splitlines()[-1]
+
+
+# ---- the backend answers for itself: inventory, option names, tuning, conversion -------------
+class _OwnNames(Backend):
+    """A backend with its own inventory section and option names, like the OpenVINO plugin,
+    but under a name the core has never heard of."""
+
+    name = "zeta"
+    description = "fake zeta"
+    install_hint = "pip install zeta-backend"
+
+    @classmethod
+    def inventory(cls, model_dir):
+        return {"graphs": 3, "summary": "3 zeta graphs"}
+
+    @classmethod
+    def capabilities(cls, model_dir, probe=None):
+        from cosyvino.backends import Capabilities
+
+        found = cls.inventory_of(model_dir, probe)
+        return Capabilities(ready=bool(found.get("graphs")), reason="zeta graphs",
+                            relative_speed=5.0, streams=True, pinning=True,
+                            precisions=("fp32", "bf16"), resident_bytes=2**28,
+                            weight_precisions={"llm": "int8"})
+
+    @classmethod
+    def plan_options(cls, decisions):
+        return {"zeta_threads": decisions["threads"], "zeta_streams": decisions["streams"],
+                "zeta_pin": decisions["pinning"], "zeta_llm": decisions["precision"]["llm"],
+                "zeta_goal": decisions["goal"]}
+
+    @classmethod
+    def tuning_candidates(cls, plan, probe):
+        return [{"label": "zeta turbo", "backend": cls.name,
+                 "options": dict(plan.backend_options, zeta_turbo=True), "streams": 1}]
+
+    @classmethod
+    def load(cls, model_dir, **options):
+        raise NotImplementedError
+
+
+def test_planner_uses_a_backends_inventory_and_option_names(monkeypatch, tmp_path):
+    """The planner records the backend's inventory section, reads its capabilities off it and
+    takes the load options from its plan_options: no name of the backend in the core."""
+    from cosyvino.planner import model_inventory
+    from cosyvino.planner.report import format_plan
+    from cosyvino.planner.tune import candidates
+    from cosyvino.planner.topology import probe_topology
+
+    _install_fake_eps(monkeypatch, [_FakeEP("zeta", lambda: _plugin_module("zeta", _OwnNames))])
+    inv = model_inventory(str(tmp_path))
+    assert inv["zeta"] == {"graphs": 3, "summary": "3 zeta graphs"}
+    assert inv["dir"] == str(tmp_path) and inv["exists"] is False
+    assert list(inv)[-2:] == ["torch", "zeta"]  # the reference backend's section first
+    plan = _plan_with(monkeypatch, tmp_path, [_OwnNames], model=inv, goal="throughput")
+    assert plan.backend == "zeta"
+    assert plan.backend_options == {"zeta_threads": 2, "zeta_streams": 2, "zeta_pin": True,
+                                    "zeta_llm": "fp32", "zeta_goal": "throughput"}
+    assert plan.precision["llm_weights"] == "int8"  # its weight_precisions
+    assert "3 zeta graphs" in format_plan(plan)
+    p = probe_topology(str(tmp_path / "root"))
+    p.backends = {"zeta": {"available": True}, "torch": {"available": True}}
+    labels = [c["label"] for c in candidates(plan, p)]
+    assert "zeta turbo" in labels and labels[0] == "plan"
+    # a section the probe lacks is an empty one, not a look at the disk
+    p.model = {"dir": str(tmp_path), "exists": False}
+    assert _OwnNames.inventory_of(str(tmp_path), p) == {}
+
+
+def test_planner_names_install_hint_of_backends_the_probe_lacks(monkeypatch, tmp_path):
+    import planner_trees as trees
+
+    from cosyvino.planner import make_plan
+    from cosyvino.planner.topology import probe_topology
+
+    _install_fake_eps(monkeypatch, [_FakeEP("zeta", lambda: _plugin_module("zeta", _OwnNames))])
+    p = probe_topology(str(trees.this_machine(tmp_path)))
+    p.backends, p.model = dict(trees.TORCH_ONLY), trees.model_without_irs()
+    plan = make_plan(p)
+    assert plan.backend == "torch"
+    assert plan.decision("candidate:zeta") == {
+        "name": "candidate:zeta", "value": "not installed",
+        "reason": "plugin not installed (pip install zeta-backend)"}
+
+
+def test_reference_backend_is_a_property_not_a_name(monkeypatch, tmp_path):
+    """With nothing ready the planner falls back to the backend that says it is the reference,
+    whatever it is called, and takes its memory estimate for a backend that gives none."""
+    from cosyvino.backends import Capabilities
+
+    class Ref(Backend):
+        name = "aaa-ref"
+        reference = True
+
+        @classmethod
+        def capabilities(cls, model_dir, probe=None):
+            return Capabilities(ready=False, reason="no checkpoint yet", resident_bytes=2**29,
+                                resident_basis="aaa's checkpoint")
+
+        @classmethod
+        def load(cls, model_dir, **options):
+            raise NotImplementedError
+
+    lazy = _backend("lazy", Capabilities(ready=False, reason="not converted"))
+    empty = {"dir": str(tmp_path / "m"), "exists": False}  # torch is not ready either
+    plan = _plan_with(monkeypatch, tmp_path, [Ref, lazy], model=empty)
+    assert plan.backend == "aaa-ref"
+    assert "using the aaa-ref reference backend" in plan.decision("backend")["reason"]
+    assert plan.memory["weights_bytes"] == 2**29
+    plugins._reset_for_tests()
+    # a third-party backend without a memory estimate gets the reference backend's
+    plan = _plan_with(monkeypatch, tmp_path, [Ref, lazy], model=empty, backend="lazy")
+    assert plan.memory["weights_bytes"] == 2**29
+    assert "aaa's checkpoint" in plan.decision("memory")["reason"]
+
+
+class _Converting(Backend):
+    """A converting backend of its own format: writes a manifest with the sources' records and
+    one graph file; ``layout`` is what a fresh conversion would record."""
+
+    name = "conv"
+    convert_format = "convfmt"
+    layout = 2
+    calls: list = []
+    option_presets = {"": {"fast": False}, "fast": {"fast": True}}
+
+    @classmethod
+    def conversion_status(cls, model_dir, out_dir=None, *, weights="fp32"):
+        from cosyvino.converted import conversion_status
+
+        return conversion_status(model_dir, out_dir, cls.name,
+                                 {"weights": weights, "layout": cls.layout})
+
+    @classmethod
+    def convert(cls, model_dir, out_dir=None, progress=None, *, weights="fp32"):
+        import os
+
+        from cosyvino.converted import file_record, source_record, write_manifest
+
+        out = os.path.abspath(out_dir or os.path.join(model_dir, cls.name))
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "g.bin"), "wb") as f:
+            f.write(b"\0" * 10)
+        write_manifest(out, {
+            "format": 1, "runtime": cls.name, "weights": weights, "layout": cls.layout,
+            "source": {"cosyvoice.yaml": source_record(os.path.join(model_dir,
+                                                                    "cosyvoice.yaml"))},
+            "files": {"g.bin": file_record(os.path.join(out, "g.bin"), stage="llm")}})
+        cls.calls.append(out)
+        return out
+
+    @classmethod
+    def load(cls, model_dir, **options):
+        raise NotImplementedError
+
+
+@pytest.fixture
+def converting(monkeypatch, tmp_path):
+    _Converting.calls, _Converting.layout = [], 2
+    _install_fake_eps(monkeypatch, [_FakeEP("conv", lambda: _plugin_module("conv",
+                                                                           _Converting))])
+    src = tmp_path / "model"
+    src.mkdir()
+    (src / "cosyvoice.yaml").write_text("llm: {}\n")
+    return src
+
+
+def test_prepare_keeps_a_current_conversion_and_redoes_a_stale_one(converting):
+    out = _Converting.prepare(str(converting))
+    assert out == str(converting / "conv") and len(_Converting.calls) == 1
+    assert _Converting.prepare(str(converting)) == out and len(_Converting.calls) == 1
+    _Converting.layout = 3  # a newer exporter: the dir on disk is stale
+    assert not _Converting.conversion_status(str(converting)).current
+    assert _Converting.prepare(str(converting)) == out and len(_Converting.calls) == 2
+    assert _Converting.prepare(str(converting), force=True) == out
+    assert len(_Converting.calls) == 3
+    with pytest.raises(Exception, match="model directory not found"):
+        _Converting.prepare(str(converting / "missing"))
+
+
+def test_convert_cli_asks_the_backend_that_owns_the_format(converting):
+    from click.testing import CliRunner
+
+    from cosyvino.cli.main import main
+
+    args = ["convert", "--format", "convfmt", "--model-dir", str(converting)]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    assert f"wrote {converting / 'conv'}" in first.output
+    assert "use it: cosyvino synth --backend conv" in first.output
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0 and "kept" in again.output and "up to date" in again.output
+    assert len(_Converting.calls) == 1
+    _Converting.layout = 3
+    stale = CliRunner().invoke(main, args)
+    assert stale.exit_code == 0 and "wrote" in stale.output and len(_Converting.calls) == 2
+    refused = CliRunner().invoke(main, args + ["--weights", "fp16"])
+    assert refused.exit_code == 2 and "fp32 weights only" in refused.output
+    unknown = CliRunner().invoke(main, ["convert", "--format", "onnx", "--model-dir",
+                                        str(converting)])
+    assert unknown.exit_code == 2 and "'convfmt'" in unknown.output  # onnx is not registered
+
+
+def test_bench_specs_come_from_the_backend(converting):
+    import click
+
+    from cosyvino.cli.bench import _parse_spec, _split_subdir, default_backends
+
+    assert _parse_spec("conv") == ("conv", {"fast": False})
+    assert _parse_spec("conv:fast") == ("conv", {"fast": True})
+    with pytest.raises(click.BadParameter, match="unknown conv preset"):
+        _parse_spec("conv:slow")
+    assert _split_subdir("conv@copy:fast") == ("conv:fast", "copy")
+    with pytest.raises(click.BadParameter, match="only conv take"):
+        _split_subdir("torch@x")
+    assert default_backends() == "torch,conv"
+    assert _Converting.prepared_dir(str(converting)) == str(converting)  # the default
+
+
+def test_plugins_and_planner_import_each_other_in_one_direction_only():
+    """The built-in plugins answer the planner's questions without importing it (nor torch or
+    their runtime), and the planner never imports the Synthesizer (which imports the planner)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from conftest import TINY_A\n"
+            "from cosyvino.plugins import backend_classes\n"
+            "for cls in backend_classes().values():\n"
+            "    cls.inventory(str(TINY_A)); cls.capabilities(str(TINY_A))\n"
+            "    cls.prepared_dir(str(TINY_A))\n"
+            "assert not [m for m in sys.modules if m.startswith('cosyvino.planner')], 'planner'\n"
+            "import cosyvino.planner, cosyvino.planner.auto, cosyvino.planner.tune\n"
+            "from cosyvino.planner import make_plan, model_inventory, probe\n"
+            "make_plan(probe(model_dir=str(TINY_A)))\n"
+            "heavy = {'torch', 'openvino', 'onnxruntime', 'onnx', 'cosyvino.synthesizer'}\n"
+            "print(sorted(heavy & set(sys.modules)))\n")
+    import pathlib
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=pathlib.Path(__file__).parent)
+    assert out.returncode == 0, out.stderr
+    # OpenVINO's device view is the one import of a runtime a probe makes
+    assert out.stdout.strip() in ("[]", "['openvino']"), out.stdout
+
+
+def test_builtin_inventories_and_prepared_dirs(tmp_path):
+    """Each built-in backend reports only its own files: an ONNX dir given as the model dir is
+    no OpenVINO conversion (its manifest names another runtime), and the reverse."""
+    from cosyvino.converted import write_manifest
+
+    ov_cls, ort_cls = plugins.get_backend("openvino"), plugins.get_backend("onnxruntime")
+    torch_cls = plugins.get_backend("torch")
+    onnx = tmp_path / "onnx-dir"
+    onnx.mkdir()
+    write_manifest(str(onnx), {"format": 1, "runtime": "onnxruntime",
+                               "files": {"llm.onnx": {"size": 5, "stage": "llm"}}})
+    assert ov_cls.inventory(str(onnx)) == {"present": False, "dirs": [], "bytes": 0,
+                                           "precisions": {}, "summary": "no OpenVINO IRs"}
+    assert ov_cls.prepared_dir(str(onnx)) is None
+    assert ort_cls.inventory(str(onnx))["present"] is True
+    assert ort_cls.inventory(str(onnx))["bytes"] == 5
+    assert ort_cls.prepared_dir(str(onnx)) == str(onnx)
+    ov = tmp_path / "model" / "openvino"
+    ov.mkdir(parents=True)
+    write_manifest(str(ov), {"format": 1, "files": {}})  # no runtime field: an OpenVINO one
+    assert ov_cls.inventory(str(ov.parent))["dirs"] == ["openvino"]
+    assert ov_cls.prepared_dir(str(ov.parent)) == str(ov)
+    assert ort_cls.inventory(str(ov.parent)) == {"present": False}
+    assert ort_cls.prepared_dir(str(ov.parent)) is None
+    assert torch_cls.inventory(str(ov.parent)) == {"files": [], "bytes": 0}
+    assert torch_cls.inventory(None) == {"files": [], "bytes": 0}
+
+
+def test_a_failing_plan_options_gets_the_generic_names(monkeypatch, tmp_path):
+    from cosyvino.backends import Capabilities
+
+    class Broken(Backend):
+        name = "broken"
+
+        @classmethod
+        def capabilities(cls, model_dir, probe=None):
+            return Capabilities(ready=True, reason="here", relative_speed=4.0)
+
+        @classmethod
+        def plan_options(cls, decisions):
+            raise KeyError("no_such_decision")
+
+        @classmethod
+        def load(cls, model_dir, **options):
+            raise NotImplementedError
+
+    plan = _plan_with(monkeypatch, tmp_path, [Broken])
+    assert plan.backend == "broken" and plan.backend_options == {"num_threads": 2}
+    assert any("plan_options() failed (KeyError" in w for w in plan.warnings)

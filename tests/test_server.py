@@ -7,6 +7,7 @@ import base64
 import io
 import json
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -349,6 +350,27 @@ def test_queue_full_gives_503_and_disconnect_frees_the_session(busy_server):
     assert r.status_code == 200
 
 
+
+def test_disconnect_takes_the_request_out_of_the_scheduler(busy_server):
+    """A client gone mid-stream: its request leaves the scheduler before its last segment and
+    the slot is free again for the next request."""
+    url, pool = busy_server.url, busy_server.state.pool
+    auth = {"Authorization": "Bearer s3cret"}
+    with httpx.Client(headers=auth, timeout=60) as client:
+        resp, _chunks = _open_stream(url, client)
+        try:
+            assert pool.running == 1 and pool.scheduler.active == 1
+        finally:
+            resp.close()
+    deadline = time.monotonic() + 20
+    while (pool.running or pool.scheduler.active) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pool.running == 0 and pool.scheduler.active == 0
+    r = httpx.post(url + "/v1/audio/speech", headers=auth, timeout=60,
+                   json={"input": SHORT, "voice": VOICE, "response_format": "wav", "seed": 8})
+    assert r.status_code == 200
+    assert pool.running == 0
+
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
                                      {"Authorization": "Basic czNjcmV0"}],
                          ids=["none", "wrong", "not-bearer"])
@@ -444,3 +466,48 @@ def test_one_model_per_worker_pool(tiny_model_dir, synth):
                                           expected_pcm16(synth, TWO, seed))
     finally:
         s.stop()
+
+
+def test_concurrent_requests_on_a_shared_model_run_together_on_the_scheduler(tiny_model_dir):
+    """Two requests at once on one shared model: both are stepped by the pool's scheduler
+    workers, interleaved, and each gives what Synthesizer.synthesize gives for its seed."""
+    shared = Synthesizer(tiny_model_dir, backend="torch", num_threads=1, max_parallel=2)
+    s = RunningServer(ServerConfig(max_sessions=2, queue_size=0, num_speech_tokens=TOKENS,
+                                   cache_memory_mb=0), [shared])
+    engine = shared.engine
+    steps, first = [], set()
+    lock = threading.Lock()
+    both_in = threading.Barrier(2, timeout=30)
+
+    def step(state):
+        with lock:
+            steps.append((threading.current_thread().name, id(state)))
+            is_first = id(state) not in first
+            first.add(id(state))
+        if is_first:  # hold each request's first step until the other is scheduled too
+            both_in.wait()
+        return type(engine).step(engine, state)
+
+    jobs = [(SHORT, 31), ("Good morning.", 32)]
+    try:
+        assert s.state.pool.shared and s.state.pool.scheduler.engines == [engine]
+        engine.step = step
+        with ThreadPoolExecutor(2) as ex:
+            rs = list(ex.map(lambda job: post(s.url, {"input": job[0], "voice": VOICE,
+                                                      "response_format": "wav",
+                                                      "seed": job[1]}), jobs))
+    finally:
+        engine.__dict__.pop("step", None)
+        s.stop()
+    assert [r.status_code for r in rs] == [200, 200]
+    names = {name for name, _ in steps}
+    assert len(names) == 2 and {n.rsplit("-", 1)[0] for n in names} == {"cosyvino-synth"}
+    order = [sid for _, sid in steps]
+    a, b = dict.fromkeys(order)  # the two requests, in order of their first step
+    assert len(set(order)) == 2
+    last = {sid: len(order) - 1 - order[::-1].index(sid) for sid in (a, b)}
+    assert order.index(b) < last[a]  # interleaved: b started before a finished
+    for (text, seed), r in zip(jobs, rs):
+        direct = shared.synthesize(text, VOICE, seed=seed, num_speech_tokens=TOKENS)
+        assert direct.stats["segments"] == 1
+        np.testing.assert_array_equal(wav_samples(r.content)[0], direct.to_int16())

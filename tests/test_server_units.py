@@ -135,3 +135,168 @@ def test_synthesizer_cancel_and_max_parallel(tiny_model_dir):
         tts.set_max_parallel(0)
     tts.set_max_parallel(3)  # torch stages are thread-safe per call
     assert tts.max_parallel == 3
+
+
+# ---- the pool over the engine's scheduler (no HTTP) ------------------------------------------
+@pytest.fixture(scope="module")
+def shared_synth(tiny_model_dir):
+    from cosyvino import Synthesizer
+
+    return Synthesizer(tiny_model_dir, num_threads=1, max_parallel=2)
+
+
+def _gated(engine):
+    """Make ``engine.step`` wait for the returned event (set it to let steps run); undo with
+    ``del engine.step``."""
+    gate = threading.Event()
+    real = type(engine).step
+
+    def step(state):
+        assert gate.wait(30), "test gate never opened"
+        return real(engine, state)
+
+    engine.step = step
+    return gate
+
+
+async def _drain(job, stop):
+    """Every event of ``job`` up to its last: (segments, final kind)."""
+    segments = []
+    while True:
+        kind, value = await job.next(30, stop)
+        if kind != "segment":
+            return segments, kind
+        segments.append(value)
+
+
+async def _eventually(condition, timeout: float = 10.0) -> None:
+    import asyncio
+
+    for _ in range(int(timeout / 0.01)):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+def test_pool_admits_and_runs_requests_on_one_scheduler(shared_synth):
+    import asyncio
+
+    from cosyvino.server.config import ServerConfig
+    from cosyvino.server.metrics import Metrics
+    from cosyvino.server.pool import Busy, SynthesisPool
+
+    metrics = Metrics()
+    gauge = metrics.registry.get_sample_value
+    pool = SynthesisPool(ServerConfig(max_sessions=2, queue_size=1, warmup=False),
+                         [shared_synth], metrics)
+    pool.load()
+    assert pool.ready.is_set() and pool.shared
+    # one scheduler, both workers on the one loaded model
+    assert pool.engines() == [shared_synth.engine] * 2
+    assert pool.scheduler.engines == [shared_synth.engine]
+    texts = [("Hello world.", 1), ("Good morning.", 2), ("Nice to meet you.", 3)]
+    requests = [pool.prepare(shared_synth.request(t, "英文女", seed=s, num_speech_tokens=5))
+                for t, s in texts]
+    with pytest.raises(InputError):  # validation needs no place
+        pool.prepare(shared_synth.request("hi", "nobody"))
+    gate = _gated(shared_synth.engine)
+
+    async def scenario():
+        stop = asyncio.Event()
+        for _ in range(3):  # 2 running + 1 queued ...
+            pool.enter()
+        with pytest.raises(Busy) as busy:  # ... and no more
+            pool.enter()
+        assert busy.value.retry_after >= 1
+        assert await pool.acquire(5, stop) and await pool.acquire(5, stop)
+        a = await pool.start(requests[0], threading.Event())
+        b = await pool.start(requests[1], threading.Event())
+        assert (a.total, b.total) == (1, 1)
+        assert pool.running == 2 and pool.scheduler.active == 2
+        assert gauge("cosyvino_in_flight") == 2
+        waiting = asyncio.ensure_future(pool.acquire(30, stop))  # the third waits for a slot
+        await asyncio.sleep(0.2)
+        assert not waiting.done() and gauge("cosyvino_queue_depth") == 1
+        a.cancel.set()  # cancelled while its first step is pending
+        gate.set()
+        assert await _drain(a, stop) == ([], "cancelled")
+        # the slot is freed once the worker has reported the cancelled request finished
+        assert await asyncio.wait_for(waiting, 30) is True
+        assert a.finished.is_set() and gauge("cosyvino_queue_depth") == 0
+        c = await pool.start(requests[2], threading.Event())
+        (b_segments, b_end), (c_segments, c_end) = await asyncio.gather(_drain(b, stop),
+                                                                        _drain(c, stop))
+        assert b_end == c_end == "end"
+        # the last slot goes back on the loop, after the event
+        await _eventually(lambda: pool._admitted == 0 and pool.scheduler.active == 0)
+        return b_segments, c_segments
+
+    try:
+        b_segments, c_segments = asyncio.run(scenario())
+    finally:
+        del shared_synth.engine.step
+    assert pool.running == 0 and pool._admitted == 0 and pool.scheduler.active == 0
+    assert gauge("cosyvino_in_flight") == 0
+    assert gauge("cosyvino_stopped_early_total") == 1
+    for (text, seed), segments in zip(texts[1:], (b_segments, c_segments)):
+        direct = shared_synth.synthesize(text, "英文女", seed=seed, num_speech_tokens=5)
+        assert len(segments) == 1
+        np.testing.assert_array_equal(segments[0].samples, direct.samples)
+    threads = pool.scheduler._threads
+    pool.shutdown()
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_pool_gives_back_places_that_never_reach_the_scheduler(shared_synth):
+    import asyncio
+
+    from cosyvino.server.config import ServerConfig
+    from cosyvino.server.pool import Busy, SynthesisPool
+
+    pool = SynthesisPool(ServerConfig(max_sessions=1, queue_size=2, warmup=False),
+                         [shared_synth])
+    pool.load()
+    request = pool.prepare(shared_synth.request("Hello world.", "英文女", seed=1,
+                                                num_speech_tokens=3))
+
+    async def scenario():
+        stop = asyncio.Event()
+        pool.enter()
+        assert await pool.acquire(5, stop)
+        job = await pool.start(request, threading.Event())
+        pool.enter()  # client gone while queued: the place is given back, nothing submitted
+        gone = asyncio.Event()
+        gone.set()
+        assert await pool.acquire(5, gone) is False
+        pool.enter()  # no slot within the timeout: 503
+        with pytest.raises(Busy):
+            await pool.acquire(0.05, stop)
+        assert pool._admitted == 1 and pool.running == 1
+        _, end = await _drain(job, stop)
+        assert end == "end"
+        await _eventually(lambda: pool._admitted == 0 and pool.scheduler.active == 0)
+
+    asyncio.run(scenario())
+    assert pool._admitted == 0 and pool.running == 0 and pool.scheduler.active == 0
+    pool.shutdown()
+
+
+def test_pool_schedules_one_engine_per_loaded_model():
+    """Backends that are not thread-safe: one worker per loaded model, each on its own
+    engine (the scheduler binds each request to the least busy one)."""
+    from types import SimpleNamespace
+
+    from cosyvino.server.config import ServerConfig
+    from cosyvino.server.pool import SynthesisPool
+
+    synths = [SimpleNamespace(engine=object()) for _ in range(3)]
+    pool = SynthesisPool(ServerConfig(max_sessions=3, warmup=False), synths)
+    pool.load()
+    try:
+        assert not pool.shared and pool.ready.is_set()
+        assert pool.engines() == [s.engine for s in synths]
+        assert pool.scheduler.engines == [s.engine for s in synths]
+        assert len(pool.scheduler._threads) == 3
+    finally:
+        pool.shutdown()

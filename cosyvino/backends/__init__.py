@@ -1,5 +1,7 @@
-"""The backend stage interface (what a backend plugin implements). Must not import torch."""
+"""The backend plugin surface (:mod:`.base`) and the generic graph runner (:mod:`.graphs`). Must
+not import torch. The stage calls of a model family live with the family (CosyVoice v1:
+:mod:`cosyvino.families.cosyvoice1.stages`)."""
 
-from .base import Backend, Capabilities, LLMSession, Stages
+from .base import Backend, Capabilities, Stages
 
-__all__ = ["Backend", "Capabilities", "LLMSession", "Stages"]
+__all__ = ["Backend", "Capabilities", "Stages"]

@@ -1,21 +1,12 @@
-"""The stage interface every backend implements (PyTorch, OpenVINO, ONNX Runtime, plugins).
+"""The plugin surface of a backend: :class:`Backend` (entry class: availability, capabilities,
+preparation, loading) and the generic :class:`Stages` base a loaded model derives from. Must not
+import torch.
 
-A backend only *runs stages*: fixed computations on numpy arrays. The speech-token sampling
-loop, the CFM ODE loop, length-regulation matrices, NSF random draws and the segment loop live
-once in :mod:`cosyvino.families.cosyvoice1.pipeline`. All arrays are numpy, C-contiguous; float arrays are float32,
-token arrays int64; batch size is 1 unless stated. Shapes use D = LLM width (1024 for 300M),
-T = frames, N = tokens. Must not import torch.
-
-Input contract. Stages need not validate their inputs: :mod:`cosyvino.families.cosyvoice1.pipeline` builds every
-array in the documented shape and dtype, and the stage calls are the hot path. For inputs
-outside the contract a backend promises only this (``cosyvino.testing`` checks it):
-
-* wrong rank or a mismatched fixed dimension (e.g. width D+1, 81 mel bins): the call raises an
-  exception (any ``Exception``; :class:`cosyvino.errors.BackendError` preferred). It never
-  returns an array of another shape than documented, and never takes the process down.
-* wrong dtype (float64 instead of float32, int32 instead of int64): the call either raises or
-  computes as if the input had been converted; a result it returns has the documented dtype.
-* an :class:`LLMSession` whose ``forward`` raised is usable again after ``reset()``.
+What a loaded model must answer is the family's business: each model family defines its stage
+calls as a :class:`Stages` subclass (CosyVoice v1:
+:class:`cosyvino.families.cosyvoice1.stages.CosyVoice1Stages`, with its input contract), and a
+backend either implements them directly or runs the family's graph table through a
+:class:`cosyvino.backends.graphs.GraphRunner` and lets the family build the stages over it.
 """
 
 from __future__ import annotations
@@ -27,93 +18,24 @@ from typing import ClassVar
 
 import numpy as np
 
-from cosyvino.families.cosyvoice1.config import ModelConfig
 from ..errors import ModelDirError
 
 
-class LLMSession(abc.ABC):
-    """One utterance's LLM decoding state (the KV cache). Not thread-safe; one per request.
-
-    ``forward`` appends ``inputs_embeds`` to the cached sequence and returns the log-softmax of
-    the speech-token head at the last position.
-    """
-
-    @abc.abstractmethod
-    def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
-        """inputs_embeds float32 [1, T, D] -> logp float32 [V+1] (V speech tokens + EOS)."""
-
-    @abc.abstractmethod
-    def reset(self) -> None:
-        """Drop the cache (start a new utterance)."""
-
-    def close(self) -> None:
-        """Release resources (default: reset)."""
-        self.reset()
-
-
 class Stages(abc.ABC):
-    """A loaded model on one backend: the stage calls of CosyVoice v1 inference."""
+    """A model loaded on one backend: the generic part. Each model family subclasses it with the
+    calls its orchestration makes (CosyVoice v1:
+    :class:`cosyvino.families.cosyvoice1.stages.CosyVoice1Stages`)."""
 
-    config: ModelConfig
-    #: speaker name -> embedding float32 [1, 192]
+    #: the family's typed config (v1: :class:`cosyvino.families.cosyvoice1.config.ModelConfig`)
+    config: object
+    #: built-in speaker name -> embedding float32 [1, S]
     speakers: dict[str, np.ndarray]
-    #: True when stage calls (and sessions from :meth:`new_llm_session`) may run concurrently
-    #: from several threads on this one object (``Synthesizer(max_parallel=N)``, the server's
-    #: shared-model pool). False: the server loads one model per worker instead.
+    #: name of the model family these stages belong to (:mod:`cosyvino.families`)
+    family: ClassVar[str] = ""
+    #: True when stage calls (and sessions) may run concurrently from several threads on this
+    #: one object (``Synthesizer(max_parallel=N)``, the server's shared-model scheduler). False:
+    #: the server loads one model per worker instead.
     thread_safe: ClassVar[bool] = False
-
-    # ---- LLM -------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def encode_text(self, text_token: np.ndarray) -> np.ndarray:
-        """int64 [1, L] -> float32 [1, L, D]: text embedding, causal conformer, affine layer."""
-
-    @abc.abstractmethod
-    def embed_llm_speaker(self, embedding: np.ndarray) -> np.ndarray:
-        """float32 [1, 192] -> [1, 1, D]: L2-normalize, spk_embed_affine_layer."""
-
-    @abc.abstractmethod
-    def embed_speech_tokens(self, tokens: np.ndarray) -> np.ndarray:
-        """int64 [1, N] -> float32 [1, N, D] (speech_embedding)."""
-
-    @abc.abstractmethod
-    def llm_special_embeddings(self) -> tuple[np.ndarray, np.ndarray]:
-        """(sos, task_id) rows of llm_embedding, each float32 [1, 1, D]."""
-
-    @abc.abstractmethod
-    def new_llm_session(self) -> LLMSession:
-        """A fresh decoding session with an empty KV cache."""
-
-    # ---- flow ------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def flow_encode(self, tokens: np.ndarray, embedding: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        """tokens int64 [1, N] (prompt ⧺ generated), embedding float32 [1, 192] ->
-        (h float32 [1, N, 80] = encoder_proj(encoder(...)), spks float32 [1, 80])."""
-
-    @abc.abstractmethod
-    def length_regulate(self, h: np.ndarray, interp: np.ndarray) -> np.ndarray:
-        """h float32 [1, N, 80], interp float32 [M, N] -> mu float32 [1, M, 80]
-        (conv stack of the InterpolateRegulator applied to ``interp @ h``)."""
-
-    @abc.abstractmethod
-    def estimate(self, x: np.ndarray, mask: np.ndarray, mu: np.ndarray, t: np.ndarray,
-                 spks: np.ndarray, cond: np.ndarray) -> np.ndarray:
-        """One CFM estimator call, batch 2 (conditional, unconditional):
-        x/mu/cond float32 [2, 80, T], mask [2, 1, T], t [2], spks [2, 80] -> [2, 80, T]."""
-
-    # ---- vocoder ---------------------------------------------------------------------------
-    @abc.abstractmethod
-    def vocoder_f0(self, mel: np.ndarray) -> np.ndarray:
-        """mel float32 [1, 80, T] -> f0 float32 [1, T] (Hz, mel-frame rate)."""
-
-    @abc.abstractmethod
-    def vocoder_source(self, f0: np.ndarray, phase: np.ndarray, noise: np.ndarray
-                       ) -> np.ndarray:
-        """NSF source: f0 [1, T], phase [1, H+1], noise [1, H+1, hop*T] -> [1, 1, hop*T]."""
-
-    @abc.abstractmethod
-    def vocoder_decode(self, mel: np.ndarray, source: np.ndarray) -> np.ndarray:
-        """mel float32 [1, 80, T], source [1, 1, hop*T] -> wav float32 [1, hop*T] in ±0.99."""
 
     def close(self) -> None:
         """Release backend resources."""
@@ -136,12 +58,16 @@ class Capabilities:
         resident_basis: what ``resident_bytes`` is computed from (for the plan's reason).
         thread_safe: one loaded model serves concurrent requests (see :attr:`Stages.thread_safe`).
         streams: the backend can run several inference streams in one process (NUM_STREAMS);
-            the planner then sizes streams and passes ``num_streams=N`` to :meth:`Backend.load`
-            (the OpenVINO backend also gets its own option names; see docs/plugins.md).
+            the planner then sizes streams and :meth:`Backend.plan_options` passes them on
+            (``num_streams=N`` by default).
         pinning: the backend can pin its threads to cores; the planner then decides pinning and
-            passes ``cpu_pinning=bool``.
+            :meth:`Backend.plan_options` passes it on (``cpu_pinning=bool`` by default).
         precisions: compute precisions the backend can run here (``fp32``, ``bf16``, ``int8``...).
         options: backend options (``load(**options)``) it recommends for this machine.
+        weight_precisions: component (``llm``, ``flow``, ``estimator``, ``vocoder``) -> weight
+            precision of the files that would be loaded (``fp32``, ``fp16``, ``int8``,
+            ``int4``); empty = fp32 / unknown. The planner reports INT8/INT4 weights and runs
+            int8 components in int8 (only looked at when ``precisions`` has more than fp32).
     """
 
     ready: bool
@@ -155,17 +81,39 @@ class Capabilities:
     pinning: bool = False
     precisions: tuple[str, ...] = ("fp32",)
     options: dict = field(default_factory=dict)
+    weight_precisions: dict = field(default_factory=dict)
 
 
 class Backend(abc.ABC):
     """A backend plugin's entry class, registered through the ``register_backends`` hook.
 
     Subclasses set ``name`` (used in ``--backend NAME``) and ``description``, and implement
-    :meth:`load`.
+    :meth:`load`. Everything else has a default fit for a backend that loads the official
+    checkpoint as it is; a backend that serves converted files overrides
+    :meth:`conversion_status` and :meth:`convert` (and sets :attr:`convert_format`), and one
+    with its own option names overrides :meth:`plan_options`. The defaults import nothing
+    heavy (no torch, no runtime): the planner and the CLI call them on every installed backend.
     """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    #: the command that installs what this backend needs (e.g. ``pip install
+    #: 'cosyvino[openvino]'``); the plan names it for a backend its probe lacks ("" = none)
+    install_hint: ClassVar[str] = ""
+    #: this backend is the speed reference (``Capabilities.relative_speed`` 1.0) and loads the
+    #: official checkpoint as it is: the planner falls back to it when no backend is ready (the
+    #: default model's checkpoint is created on first use), puts it last among equally fast
+    #: ones and takes its resident-memory estimate for a backend that gives none
+    reference: ClassVar[bool] = False
+    #: ``cosyvino convert --format VALUE`` that writes what this backend serves ("" = it
+    #: converts nothing); one backend per value
+    convert_format: ClassVar[str] = ""
+    #: weight precisions :meth:`convert` can store (``cosyvino convert --weights``)
+    convert_weights: ClassVar[tuple[str, ...]] = ("fp32",)
+    #: named sets of :meth:`load` options, for ``cosyvino bench --backends NAME:PRESET``; the
+    #: key ``""`` is used for a bare ``NAME``. Empty: the backend takes no ``:PRESET``.
+    #: Read only; callers copy.
+    option_presets: ClassVar[dict[str, dict]] = {}
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
@@ -179,37 +127,190 @@ class Backend(abc.ABC):
         every installed backend and picks among the ready ones. Must be cheap: no model
         loading, no heavy imports.
 
-        ``probe.model`` (when it describes ``model_dir``) is the planner's inventory of the dir
-        (:func:`cosyvino.planner.inventory.model_inventory`); a backend may use it instead of
-        looking at the disk again. An exception raised here, or a return value that is not a
-        :class:`Capabilities`, makes the planner skip this backend with a warning naming it.
-        Default: not ready when ``model_dir`` names no directory, else ready at the torch
-        backend's speed (fp32, not thread-safe, no streams or pinning).
+        ``probe.model`` (when it describes ``model_dir``) is the planner's inventory of the dir,
+        holding this backend's :meth:`inventory` under its name; :meth:`inventory_of` returns
+        that section, or takes it from the disk when the probe has none. An exception raised
+        here, or a return value that is not a :class:`Capabilities`, makes the planner skip
+        this backend with a warning naming it. Default: not ready when ``model_dir`` names no
+        directory, else ready at the torch backend's speed (fp32, not thread-safe, no streams
+        or pinning).
         """
         if model_dir is not None and not os.path.isdir(model_dir):
             return Capabilities(ready=False, reason=f"model directory not found: {model_dir}")
         return Capabilities(ready=True, reason="no capability description")
 
     @classmethod
-    def prepare(cls, model_dir: str, out_dir: str | None = None, progress=None) -> str:
+    def inventory(cls, model_dir: str | None) -> dict:
+        """What this backend finds in ``model_dir`` without loading anything: its converted
+        dirs, their bytes and weight precisions, the checkpoint files it would load... The
+        planner's model inventory (``probe.model``, recorded in plan files) holds the returned
+        dict under this backend's name, next to the generic part (``dir``, ``exists``,
+        ``family``); :meth:`capabilities` reads it back through :meth:`inventory_of`.
+
+        Returns a JSON-able dict (str keys; str, int, float, bool, list, dict values). The key
+        ``summary``, when present, is one line ``cosyvino plan`` prints about the model (e.g.
+        ``"IRs in openvino: llm=fp32"``). ``model_dir`` None or missing: a dict saying nothing
+        was found (never raises for that). Must be cheap: directory listings and small files
+        only, no heavy imports. An exception raised here is recorded in the section as
+        ``{"error": "..."}`` and planning goes on. Default: ``{}`` (nothing of its own).
+        """
+        return {}
+
+    @classmethod
+    def inventory_of(cls, model_dir: str | None, probe=None) -> dict:
+        """This backend's inventory section for ``model_dir``: the one in ``probe.model`` when
+        the probe describes that dir (the planner's, or a test's stand-in; ``{}`` when the
+        section is absent), else :meth:`inventory` of the dir. The whole ``probe.model`` is
+        there for the generic keys (``exists``...). Never raises."""
+        model = getattr(probe, "model", None) or {}
+        if model and model.get("dir", "") == (model_dir or ""):
+            section = model.get(cls.name)
+            return section if isinstance(section, dict) else {}
+        return cls.inventory(model_dir)
+
+    @classmethod
+    def device_info(cls) -> dict:
+        """This backend's runtime's own view of the CPU (version, device name, capabilities it
+        reports), recorded in the probe under ``devices[name]``. Keys ``label`` and
+        ``summary``, when present, are the row ``cosyvino plan`` prints (e.g. ``OpenVINO``,
+        ``"2026.4.1: Intel Xeon ..."``); the rest is data. May import the runtime (the planner
+        asks once per probe, never at serving); must not raise (report a failure as
+        ``{"error": "..."}``). Default: ``{}`` (nothing to record)."""
+        return {}
+
+    @classmethod
+    def plan_options(cls, decisions: dict) -> dict:
+        """Translate the planner's machine decisions into :meth:`load` keyword arguments (the
+        plan's ``backend_options``: ``Synthesizer(..., backend=name, **options)``).
+
+        ``decisions`` keys (all present):
+            goal: ``"latency"`` or ``"throughput"``.
+            threads: int, total CPU threads (``streams * threads_per_stream``).
+            streams: int >= 1, parallel inference streams (1 unless ``capabilities.streams``).
+            threads_per_stream: int >= 1.
+            pinning: bool, pin threads to cores (False unless ``capabilities.pinning``).
+            precision: dict, component -> precision the plan runs it in: ``llm``, ``flow``,
+                ``estimator``, ``vocoder`` (``fp32``, ``bf16``, ``fp16``, ``int8``); when
+                decided also ``llm_weights`` (``int8``/``int4``: weights on disk),
+                ``kv_cache`` (``u8``: LLM KV-cache precision) and ``estimator_activations``
+                (``bf16``: the non-quantized ops of an INT8 estimator).
+            capabilities: the :class:`Capabilities` this backend gave for the served dir.
+            smt: bool, the CPUs have SMT siblings (the thread count leaves them out).
+            hybrid: bool, hybrid CPU (the thread count covers the P-cores only).
+
+        Returns a new dict (the caller may change it). Default: ``capabilities.options``
+        plus ``num_threads``, ``num_streams`` (with streams), ``cpu_pinning`` (with pinning)
+        and ``precision`` = the LLM's (when ``capabilities.precisions`` has more than fp32).
+        """
+        caps = decisions["capabilities"]
+        opts = dict(caps.options)
+        opts["num_threads"] = decisions["threads"]
+        if caps.streams:
+            opts["num_streams"] = decisions["streams"]
+        if caps.pinning:
+            opts["cpu_pinning"] = decisions["pinning"]
+        if not set(caps.precisions) <= {"fp32"}:
+            opts["precision"] = decisions["precision"]["llm"]
+        return opts
+
+    @classmethod
+    def tuning_candidates(cls, plan, probe) -> list[dict]:
+        """Variants of ``plan`` (a :class:`cosyvino.planner.Plan` made for this backend) worth
+        measuring on ``probe``'s machine (``cosyvino plan --tune``), besides the thread counts
+        the planner tries for every backend.
+
+        Each candidate is ``{"label": str, "backend": str, "options": dict (load options),
+        "streams": int}``, optionally with ``"pinning": False`` (the winner's plan gets
+        ``--no-pinning``) or ``"bf16": True`` (it gets ``--precision bf16``). Must be cheap;
+        the planner keeps at most 6 candidates in all. Default: ``[]``.
+        """
+        return []
+
+    @classmethod
+    def prepared_dir(cls, model_dir: str) -> str | None:
+        """The directory :meth:`load` of ``model_dir`` would serve when it is there now, else
+        None (:meth:`prepare` has to run first). Cheap: checks presence only (a manifest of
+        this backend's runtime), not whether it is current (:meth:`conversion_status`).
+        Default: ``model_dir`` when it is a directory."""
+        return model_dir if os.path.isdir(model_dir) else None
+
+    @classmethod
+    def conversion_status(cls, model_dir: str, out_dir: str | None = None, *,
+                          weights: str = "fp32") -> tuple[bool, str | None, str]:
+        """Whether ``model_dir`` has a prepared dir :meth:`load` would serve that is current:
+        the one rule :meth:`prepare` and ``cosyvino convert`` keep a conversion by.
+
+        ``out_dir``: where a conversion would be written (None: the backend's default, usually
+        a subdirectory of ``model_dir``); ``weights``: the stored weight precision asked for.
+        Returns a :class:`cosyvino.converted.ConversionStatus` ``(current, dir, reason)``:
+        ``dir`` the prepared dir looked at (None when there is none), ``reason`` one line.
+        Converting backends apply :func:`cosyvino.converted.conversion_status` (manifest valid,
+        sources unchanged, same weights, versions and export layout as a fresh conversion).
+        May import the backend's exporter packages when they are installed (to compare their
+        versions); never converts. Default: current, served from ``model_dir`` as it is.
+
+        Raises:
+            cosyvino.errors.ConvertedModelError: ``model_dir`` is a converted dir this backend
+                cannot serve (another runtime's, or an unreadable manifest).
+        """
+        from ..converted import ConversionStatus
+
+        if not os.path.isdir(model_dir):
+            return ConversionStatus(False, None, f"model directory not found: {model_dir}")
+        return ConversionStatus(True, model_dir, "served as it is (no conversion)")
+
+    @classmethod
+    def convert(cls, model_dir: str, out_dir: str | None = None, progress=None, *,
+                weights: str = "fp32") -> str:
+        """Write what :meth:`load` serves from the official checkpoint in ``model_dir`` into
+        ``out_dir`` (None: the backend's default), unconditionally, and return that dir.
+        Called by :meth:`prepare` when :meth:`conversion_status` says the existing one is not
+        current (or with ``force``). Write atomically: on failure nothing half-written is left
+        at ``out_dir`` and a previous conversion there stays. ``progress``: None or a callable
+        taking one str. Default (nothing to convert): returns ``model_dir``.
+
+        Raises:
+            cosyvino.errors.ModelDirError (ConfigError / CheckpointError): bad source dir.
+            cosyvino.errors.BackendError: the export dependencies (often torch) are missing.
+            ValueError: ``weights`` not in :attr:`convert_weights`.
+        """
+        return model_dir
+
+    @classmethod
+    def prepare(cls, model_dir: str, out_dir: str | None = None, progress=None,
+                force: bool = False, *, weights: str = "fp32") -> str:
         """Turn an official checkpoint dir (``cosyvoice.yaml``, ``llm.pt``, ``flow.pt``,
         ``hift.pt``, ``spk2info.pt``) into what :meth:`load` serves, and return that dir.
 
-        Backends that load the checkpoint as it is keep this default (return ``model_dir``
-        unchanged). Converting backends write ``out_dir`` (their own default when None,
-        usually a subdirectory of ``model_dir``) atomically: on failure nothing half-written is
-        left there. ``progress`` is None or a callable taking one str (a step description).
-        Preparing may need torch (to read the ``.pt`` files) even when serving does not.
+        Returns the dir of :meth:`conversion_status` when it is current and ``force`` is
+        False; otherwise :meth:`convert` writes ``out_dir`` and its dir is returned. Backends
+        override those two, not this. With the defaults (a backend loading the checkpoint as
+        it is) ``model_dir`` comes back unchanged. ``progress`` is None or a callable taking
+        one str (a step description). Preparing may need torch (to read the ``.pt`` files) even
+        when serving does not.
 
         Raises:
             cosyvino.errors.ModelDirError (and its ConfigError / CheckpointError subclasses):
                 ``model_dir`` is missing or not a readable model dir.
+            cosyvino.errors.ConvertedModelError: ``model_dir`` is a converted dir this backend
+                cannot serve.
             cosyvino.errors.BackendError: the backend cannot prepare here (e.g. its export
                 dependencies, or torch, are not installed).
         """
         if not os.path.isdir(model_dir):
             raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
-        return model_dir
+        if not force:
+            current, prepared, _ = cls.conversion_status(model_dir, out_dir, weights=weights)
+            if current and prepared:
+                return prepared
+        return cls.convert(model_dir, out_dir, progress, weights=weights)
+
+    @classmethod
+    def conversion_summary(cls, manifest: dict) -> tuple[str, dict]:
+        """What ``cosyvino convert`` reports about a dir :meth:`convert` wrote, from its
+        manifest: (runtime label for the one-line summary, e.g. ``"OpenVINO 2026.4.1"``; extra
+        fields of ``--json``, e.g. ``{"openvino": "2026.4.1"}``). Default: (``name``, {})."""
+        return cls.name, {}
 
     @classmethod
     @abc.abstractmethod

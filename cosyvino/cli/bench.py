@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import platform
@@ -14,60 +15,65 @@ import click
 
 from cosyvino.cli.errors import friendly_errors as _friendly_errors
 
-_PRECISION = {"f32": ("f32", "f32"), "bf16": ("bf16", None), "f16": ("f16", None),
-              "u8kv": ("f32", "u8"), "default": (None, None), "vocbf16": ("f32", "f32"),
-              "served": ("f32", "u8")}
-#: precision modes that also move some stages off the common precision (``stage_precision``)
-_STAGE_PRECISION = {"vocbf16": {"hift_f0": "bf16", "hift_decode": "bf16"},
-                    "served": {"hift_f0": "bf16", "hift_decode": "bf16", "estimator": "bf16"}}
+
+def _backend_class(name: str):
+    """The registered backend class ``name``, or None (the worker then reports it unknown)."""
+    from cosyvino.plugins import backend_classes
+
+    return backend_classes().get(name)
 
 
-#: backends that serve a converted dir: backend -> (manifest runtime, `cosyvino convert` args)
-_CONVERTED = {"openvino": ("openvino", []), "onnxruntime": ("onnxruntime", ["--format", "onnx"])}
-#: ``onnxruntime:VARIANT`` -> backend options
-_ORT_VARIANTS = {"run": {}, "iobinding": {"io_binding": True}}
+def _converts(name: str) -> bool:
+    """``name`` serves a converted dir (its backend owns a ``cosyvino convert`` format)."""
+    return bool(getattr(_backend_class(name), "convert_format", ""))
+
+
+def default_backends() -> str:
+    """Every registered backend, the reference backend(s) first (the table's speed-up
+    baseline), then by name."""
+    from cosyvino.plugins import backend_classes
+
+    classes = backend_classes()
+    return ",".join(sorted(classes, key=lambda n: (not getattr(classes[n], "reference", False),
+                                                   n)))
 
 
 def _split_subdir(spec: str) -> tuple[str, str | None]:
-    """``openvino@SUBDIR[:prec]`` / ``onnxruntime@SUBDIR`` -> (spec without it, SUBDIR); else
-    (spec, None)."""
+    """``NAME@SUBDIR[:preset]`` (NAME a backend serving a converted dir, e.g. openvino,
+    onnxruntime) -> (spec without it, SUBDIR); else (spec, None)."""
     name, colon, prec = spec.partition(":")
     name, _, sub = name.partition("@")
-    if sub and name not in _CONVERTED:
-        raise click.BadParameter(f"only {' and '.join(_CONVERTED)} take '@SUBDIR' ({spec!r})")
+    if sub and not _converts(name):
+        from cosyvino.plugins import backend_classes
+
+        owners = sorted(n for n, c in backend_classes().items()
+                        if getattr(c, "convert_format", ""))
+        raise click.BadParameter(f"only {' and '.join(owners) or 'converting backends'} take "
+                                 f"'@SUBDIR' ({spec!r})")
     return name + colon + prec, (sub or None)
 
 
 def _parse_spec(spec: str) -> tuple[str, dict]:
     """``torch`` | ``openvino`` | ``openvino:bf16`` | ``onnxruntime[:iobinding]`` ->
-    (backend, options)."""
-    name, _, prec = spec.partition(":")
-    if name == "openvino":
-        p, kv = _PRECISION.get(prec or "f32", (None, None))
-        if prec and prec not in _PRECISION:
-            raise click.BadParameter(f"unknown precision {prec!r} in {spec!r}; use one of "
-                                     f"{sorted(_PRECISION)}")
-        opts = {"precision": p}
-        if kv:
-            opts["kv_cache_precision"] = kv
-        if prec in _STAGE_PRECISION:
-            opts["stage_precision"] = dict(_STAGE_PRECISION[prec])
-        return name, opts
-    if name == "onnxruntime":
-        if prec and prec not in _ORT_VARIANTS:
-            raise click.BadParameter(f"unknown onnxruntime variant {prec!r} in {spec!r}; use "
-                                     f"one of {sorted(_ORT_VARIANTS)}")
-        return name, dict(_ORT_VARIANTS[prec or "run"])
-    if prec:
-        raise click.BadParameter(f"backend {name!r} takes no ':precision' ({spec!r})")
-    return name, {}
+    (backend, options): the backend's ``option_presets`` (the ``""`` one for a bare name)."""
+    name, _, preset = spec.partition(":")
+    presets = getattr(_backend_class(name), "option_presets", None) or {}
+    if not presets:
+        if preset:
+            raise click.BadParameter(f"backend {name!r} takes no ':precision' ({spec!r})")
+        return name, {}
+    if preset not in presets:
+        raise click.BadParameter(f"unknown {name} preset {preset!r} in {spec!r}; use one of "
+                                 f"{sorted(p for p in presets if p)}")
+    return name, copy.deepcopy(presets[preset])
 
 
 @click.command("bench")
 @click.option("--model-dir", type=click.Path(file_okay=False), default=None,
               help="Model dir (default: the embedded default model, synthetic 300M).")
-@click.option("--backends", default="torch,openvino,onnxruntime", show_default=True,
-              help="Comma-separated; openvino[:f32|u8kv|bf16|f16|vocbf16|served|default] picks "
+@click.option("--backends", default=None,
+              help="Comma-separated [default: every installed backend, the reference backend "
+                   "(torch) first]; openvino[:f32|u8kv|bf16|f16|vocbf16|served|default] picks "
                    "the inference precision (f32 = f32 compute and f32 KV cache; u8kv = f32 "
                    "compute, u8 KV cache; vocbf16 = f32 with the HiFT vocoder in bf16; served "
                    "= u8kv with HiFT and the estimator's non-int8 ops in bf16, what `cosyvino "
@@ -95,10 +101,10 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
     from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
     model_dir = os.path.abspath(model_dir or ensure_default_model())
-    specs = [s.strip() for s in backends.split(",") if s.strip()]
+    specs = [s.strip() for s in (backends or default_backends()).split(",") if s.strip()]
     parsed = [(s, *_parse_spec(_split_subdir(s)[0]), _split_subdir(s)[1]) for s in specs]
     missing = {b: _ensure_converted(model_dir, b) for _, b, _, sub in parsed
-               if b in _CONVERTED and not sub}
+               if _converts(b) and not sub}
     results = []
     for label, backend, opts, sub in parsed:
         if missing.get(backend):
@@ -139,20 +145,19 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
 
 
 def _ensure_converted(model_dir: str, backend: str) -> str | None:
-    """Make sure ``model_dir`` has ``backend``'s converted dir, running `cosyvino convert` once
-    when it is missing. Returns None when it is there, else an error line for the table (the
-    command then exits 1 like for any failed backend)."""
+    """Make sure ``model_dir`` has what ``backend`` serves (its ``prepared_dir``), running
+    `cosyvino convert --format FORMAT` (its ``convert_format``) once when it is missing.
+    Returns None when it is there, else an error line for the table (the command then exits 1
+    like for any failed backend)."""
     from cosyvino.bench import module_subprocess_env
-    from cosyvino.converted import find_converted_dir
-    from cosyvino.errors import ConvertedModelError
+    from cosyvino.cli.convert import DEFAULT_FORMAT, convert_command
 
-    runtime, args = _CONVERTED[backend]
-    try:
-        find_converted_dir(model_dir, runtime)
+    cls = _backend_class(backend)
+    if cls.prepared_dir(model_dir) is not None:
         return None
-    except ConvertedModelError:
-        pass
-    cmd = " ".join(["cosyvino convert", *args])
+    fmt = cls.convert_format
+    args = [] if fmt == DEFAULT_FORMAT else ["--format", fmt]
+    cmd = convert_command(fmt)
     click.echo(f"bench: no {backend} model for {model_dir}; running `{cmd}` once", err=True)
     # the child's stdout goes to our fd 2 (live progress): stdout carries the table / --json
     out = subprocess.run([sys.executable, "-m", "cosyvino.cli", "convert", *args,
@@ -160,8 +165,6 @@ def _ensure_converted(model_dir: str, backend: str) -> str | None:
     if out.returncode != 0:
         return (f"no converted model for {backend} in {model_dir} and `{cmd} --model-dir "
                 f"{model_dir}` failed with status {out.returncode}")
-    try:
-        find_converted_dir(model_dir, runtime)
-    except ConvertedModelError as e:
-        return str(e)
+    if cls.prepared_dir(model_dir) is None:
+        return (f"`{cmd} --model-dir {model_dir}` left no {backend} model there")
     return None

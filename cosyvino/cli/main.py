@@ -43,9 +43,12 @@ def _summary(stats: dict) -> str:
 
 
 def _synthesizer(model_dir, backend, threads):
+    from cosyvino.defaults import ensure_default_model
     from cosyvino.synthesizer import Synthesizer
 
-    return Synthesizer(model_dir, backend=backend, num_threads=threads)
+    # the CLI's default path: creates the synthetic default model once, and says so loudly
+    return Synthesizer(model_dir or ensure_default_model(), backend=backend,
+                       num_threads=threads)
 
 
 _model_dir_opt = click.option("--model-dir", type=click.Path(file_okay=False), default=None,

@@ -87,8 +87,10 @@ def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, 
         if not p.model.get("exists") and not p.model.get("converted_dir"):
             from cosyvino.defaults import ensure_default_model
             ensure_default_model(model_dir)
-        tuning = run_tune(result, p, model_dir, seconds=tune_seconds, tokens=tune_tokens,
-                          say=lambda m: click.echo(m, err=True))
+        from cosyvino.synthesizer import Synthesizer
+
+        tuning = run_tune(result, p, model_dir, synthesizer=Synthesizer, seconds=tune_seconds,
+                          tokens=tune_tokens, say=lambda m: click.echo(m, err=True))
         result = apply_tuning(result, p, model_dir, tuning,
                               **{k: v for k, v in overrides.items() if v is not None})
     if not no_write:

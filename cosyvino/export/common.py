@@ -1,11 +1,13 @@
-"""What every exporter writes besides its stage graphs (imports torch through the model code).
+"""What every exporter writes besides its graph files (imports torch through the model code).
 
 :func:`convert_atomically` is the shared frame of ``cosyvino convert``: it checks the
-arguments, hashes the source files, loads the PyTorch model, lets the runtime's exporter write
-its stage files, then ships the optional ONNX source files, writes the serving files
-(:func:`write_serving_files`: LLM tables, speakers, yaml copy) and the manifest
-(:mod:`cosyvino.converted` describes the layout) and publishes the directory atomically
-(:func:`cosyvino.fileutil.replace_dir`).
+arguments, finds the model family (:func:`cosyvino.families.detect_family`), hashes the source
+files, loads the family's PyTorch model and its graph table, lets the runtime's exporter write
+one file per graph of the table, then ships the optional ONNX source files, lets the family write
+its serving files (``ModelFamily.write_serving_files``; CosyVoice v1: :func:`write_serving_files`,
+LLM tables, speakers, yaml copy) and writes the manifest
+(:mod:`cosyvino.converted` describes the layout; it records the family and the table's graph ->
+file stem map) and publishes the directory atomically (:func:`cosyvino.fileutil.replace_dir`).
 """
 
 from __future__ import annotations
@@ -19,19 +21,31 @@ from typing import Callable
 
 import numpy as np
 
-from ..converted import (OPTIONAL_SOURCE_FILES, SOURCE_FILES, file_record, source_record,
-                         write_manifest)
+from ..converted import OPTIONAL_SOURCE_FILES, file_record, source_record, write_manifest
 from ..errors import ModelDirError
+from ..families import GraphTable, ModelFamily, detect_family
 from ..fileutil import replace_dir
-from cosyvino.families.cosyvoice1.torch.loading import TorchModel, load_torch_model
+from cosyvino.families.cosyvoice1.torch.loading import TorchModel
 
 Progress = Callable[[str], None]
-#: ``write_stages(model, tmp_dir, files, say, start)``: writes the stage files into ``tmp_dir``
-#: and adds their manifest records to ``files``; ``start`` is the ``time.perf_counter()`` of the
-#: conversion start (for progress messages)
-StageWriter = Callable[[TorchModel, str, dict, Progress, float], None]
+#: ``write_stages(model, table, tmp_dir, files, say, start)``: writes one file (or file set) per
+#: graph of ``table`` into ``tmp_dir`` and adds their manifest records to ``files``; ``start``
+#: is the ``time.perf_counter()`` of the conversion start (for progress messages)
+StageWriter = Callable[[TorchModel, GraphTable, str, dict, Progress, float], None]
 #: the files :func:`write_serving_files` writes, in manifest order
 SERVING_FILES = ("llm_tables.npz", "cosyvoice.yaml", "speakers.json", "speakers.npy")
+
+
+def model_family(model_dir: str) -> type[ModelFamily]:
+    """The family of the model dir ``model_dir`` (:func:`cosyvino.families.detect_family`).
+
+    Raises ModelDirError: missing dir, or no registered family recognizes it."""
+    return detect_family(model_dir)
+
+
+def model_graphs(m: TorchModel) -> GraphTable:
+    """The graph table of the loaded model ``m``: its family's, sized by its config."""
+    return model_family(m.path).graphs(m.config)
 
 
 def llm_cache_layout(m: TorchModel) -> tuple[int, int, int, int]:
@@ -75,9 +89,11 @@ def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str,
     """Convert ``model_dir`` into ``out_dir`` (default ``model_dir/<default_subdir>``); returns
     the absolute out_dir.
 
-    ``write_stages`` writes the runtime's stage files (see :data:`StageWriter`). The manifest
+    ``write_stages`` writes the runtime's graph files (see :data:`StageWriter`). The manifest
     holds ``header`` (format, runtime, versions, weights: the runtime's own fields, in its
-    order), then ``source_dir``, ``source``, ``files`` and ``llm`` (cache layout from
+    order), then ``family`` (the model family's name), ``graphs`` (graph name -> file stem,
+    from the family's graph table), ``source_dir``, ``source``, ``files`` and the family's
+    fields (``ModelFamily.manifest_fields``; CosyVoice v1: ``llm``, the cache layout from
     :func:`llm_cache_layout`, ``query_side_pos`` True, ``stateful``, then ``llm_layout``: the
     runtime's LLM export-layout fields, e.g. OpenVINO's ``pos_bucket`` and
     ``query_pos_projection``; ``pos_bucket`` defaults to 1).
@@ -98,29 +114,31 @@ def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str,
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
     start = time.perf_counter()
     try:
+        family = model_family(model_dir)
         say("hashing source files")
-        source = {n: source_record(os.path.join(model_dir, n)) for n in SOURCE_FILES
+        source = {n: source_record(os.path.join(model_dir, n))
+                  for n in family.source_files(model_dir)
                   if os.path.isfile(os.path.join(model_dir, n))}
         say("loading PyTorch model")
-        m = load_torch_model(model_dir)
+        m = family.load_torch_model(model_dir)
+        table = family.graphs(m.config)
         files: dict[str, dict] = {}
-        write_stages(m, tmp, files, say, start)
+        write_stages(m, table, tmp, files, say, start)
         for name in OPTIONAL_SOURCE_FILES:  # already ONNX, read by both runtimes: ship them
             src = os.path.join(model_dir, name)
             if os.path.isfile(src):
                 shutil.copyfile(src, os.path.join(tmp, name))
                 files[name] = file_record(os.path.join(tmp, name), precision="onnx")
-        for name in write_serving_files(m, model_dir, tmp):
+        for name in family.write_serving_files(m, model_dir, tmp):
             files[name] = file_record(os.path.join(tmp, name))
-        layers, heads, dk, d = llm_cache_layout(m)
         write_manifest(tmp, {
             **header,
+            "family": family.name,
+            "graphs": table.stems,
             "source_dir": model_dir,
             "source": source,
             "files": files,
-            "llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
-                    "query_side_pos": True, "stateful": stateful, "pos_bucket": 1,
-                    **(llm_layout or {})},
+            **family.manifest_fields(m, stateful=stateful, llm_layout=llm_layout),
         })
         replace_dir(tmp, out_dir)
     except BaseException:

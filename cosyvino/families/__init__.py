@@ -1,0 +1,75 @@
+"""Model families (CosyVoice v1 built in, :mod:`cosyvino.families.cosyvoice1`): lookup by name and
+detection from a model dir. Families register through the ``register_families`` hook, like
+backends. Must not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import ModelDirError
+from .base import GraphSpec, GraphTable, Mode, ModelFamily, StateSpec, TensorSpec
+
+#: the family of dirs that record none (converted before families existed; official v1 dirs)
+DEFAULT_FAMILY = "cosyvoice1"
+
+
+def family_classes() -> dict[str, type[ModelFamily]]:
+    """Registered families by name."""
+    from ..plugins import family_classes as registered
+
+    return registered()
+
+
+def get_family(name: str) -> type[ModelFamily]:
+    """The family registered as ``name``.
+
+    Raises:
+        ModelDirError: no such family (the message lists the registered ones).
+    """
+    classes = family_classes()
+    if name in classes:
+        return classes[name]
+    raise ModelDirError(f"unknown model family {name!r}; registered families: "
+                        f"{', '.join(sorted(classes)) or 'none'}")
+
+
+def _manifest_family(model_dir: str) -> str | None:
+    path = os.path.join(model_dir, "manifest.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None  # the backend's manifest check reports it properly
+    return data.get("family", DEFAULT_FAMILY) if isinstance(data, dict) else None
+
+
+def detect_family(model_dir) -> type[ModelFamily]:
+    """The family of ``model_dir``: a converted dir's manifest ``family`` (``cosyvoice1`` when
+    absent), else the first registered family whose :meth:`ModelFamily.detect` accepts the
+    official dir (third-party families are asked before the built-in one).
+
+    Raises:
+        ModelDirError: ``model_dir`` does not exist or no family recognizes it.
+    """
+    model_dir = os.fspath(model_dir)
+    if not os.path.isdir(model_dir):
+        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
+    name = _manifest_family(model_dir)
+    if name is not None:
+        return get_family(name)
+    classes = family_classes()
+    for fam_name in sorted(classes, key=lambda n: n == DEFAULT_FAMILY):
+        try:
+            if classes[fam_name].detect(model_dir):
+                return classes[fam_name]
+        except Exception:  # a broken third-party detect must not hide the others
+            continue
+    return classes[DEFAULT_FAMILY] if DEFAULT_FAMILY in classes else get_family(DEFAULT_FAMILY)
+
+
+__all__ = ["DEFAULT_FAMILY", "GraphSpec", "GraphTable", "Mode", "ModelFamily", "StateSpec",
+           "TensorSpec", "detect_family", "family_classes", "get_family"]

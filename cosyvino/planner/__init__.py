@@ -4,7 +4,7 @@ plan that ``cosyvino serve`` and :meth:`cosyvino.Synthesizer.auto` obey. See doc
 API (all torch- and openvino-free to import)::
 
     from cosyvino.planner import probe, make_plan, load_plan
-    p = probe(model_dir=D)                 # Probe: topology, ISA, cgroup limits, backends, IRs
+    p = probe(model_dir=D)                 # Probe: topology, ISA, cgroup limits, backends, model
     plan = make_plan(p, model_dir=D, goal="latency")   # Plan (raises PlanError)
     plan.save("plan.toml"); plan = load_plan("plan.toml")
     Synthesizer(D, backend=plan.backend, **plan.backend_options)
@@ -14,7 +14,7 @@ API (all torch- and openvino-free to import)::
 
 from __future__ import annotations
 
-from .inventory import installed_backends, model_inventory, openvino_view
+from .inventory import device_views, installed_backends, model_inventory
 from .planfile import (PLAN_ENV, PLAN_FILENAME, PLAN_VERSION, Plan, PlanError, find_plan_file,
                        load_plan)
 from .rules import GOALS, make_plan
@@ -22,12 +22,13 @@ from .topology import Probe, probe_topology
 
 
 def probe(root: str = "/", *, affinity=None, model_dir: str | None = None,
-          with_openvino: bool = True, with_backends: bool = True) -> Probe:
-    """Full probe: :func:`probe_topology` plus OpenVINO's view (when installed), the installed
-    backend plugins and the model dir's on-disk precisions (when ``model_dir`` is given)."""
+          with_devices: bool = True, with_backends: bool = True) -> Probe:
+    """Full probe: :func:`probe_topology` plus the backends' runtimes' view of the CPU
+    (``devices``: :meth:`cosyvino.backends.Backend.device_info`), the installed backend plugins
+    and the model dir's inventory (when ``model_dir`` is given: what each backend finds)."""
     p = probe_topology(root, affinity=affinity)
-    if with_openvino:
-        p.openvino = openvino_view()
+    if with_devices:
+        p.devices = device_views()
     if with_backends:
         p.backends = installed_backends()
     if model_dir is not None:
@@ -36,5 +37,5 @@ def probe(root: str = "/", *, affinity=None, model_dir: str | None = None,
 
 
 __all__ = ["GOALS", "PLAN_ENV", "PLAN_FILENAME", "PLAN_VERSION", "Plan", "PlanError", "Probe",
-           "find_plan_file", "installed_backends", "load_plan", "make_plan", "model_inventory",
-           "openvino_view", "probe", "probe_topology"]
+           "device_views", "find_plan_file", "installed_backends", "load_plan", "make_plan",
+           "model_inventory", "probe", "probe_topology"]

@@ -1,5 +1,6 @@
 """Human-readable rendering of a plan (probe summary, decisions with reasons, warnings) and the
-Kubernetes resources that match it. No torch, no openvino."""
+Kubernetes resources that match it. No torch, no runtime: what a backend found is printed from
+the lines it recorded (``summary`` of its device view and of its inventory section)."""
 
 from __future__ import annotations
 
@@ -45,28 +46,21 @@ def probe_rows(p: Probe) -> list[tuple[str, str]]:
         ("memory", f"{_gib(p.mem_total)} total, "
                    + (f"cgroup limit {_gib(p.mem_limit)}" if p.mem_limit else "no cgroup limit")),
     ]
-    ov = p.openvino or {}
-    if ov.get("full_device_name"):
-        rows.append(("OpenVINO", f"{ov.get('version', '').split('-')[0]}: "
-                                 f"{ov['full_device_name']}; capabilities "
-                                 f"{' '.join(ov.get('optimization_capabilities', []))} "
-                                 "(INT8 is always listed; VNNI comes from cpuinfo)"))
-    elif ov.get("error"):
-        rows.append(("OpenVINO", f"error: {ov['error']}"))
-    else:
-        rows.append(("OpenVINO", "not installed"))
+    for name, info in p.devices.items():
+        rows.append((str(info.get("label") or name),
+                     str(info.get("summary") or (f"error: {info['error']}" if info.get("error")
+                                                 else "no details"))))
     rows.append(("backends", ", ".join(f"{n} ({'ok' if b.get('available') else 'unavailable'})"
                                        for n, b in sorted(p.backends.items())) or "none"))
     m = p.model or {}
     if m:
-        ovm = m.get("openvino", {})
-        irs = (f"IRs in {', '.join(ovm.get('dirs', []))}: "
-               + ", ".join(f"{k}={v}" for k, v in sorted(ovm.get("precisions", {}).items()))
-               if ovm.get("present") else "no OpenVINO IRs")
-        rows.append(("model", f"{m.get('dir') or '?'} ("
-                              + (f"torch {_gib(m.get('torch_bytes'))}; " if m.get("torch_bytes")
-                                 else ("not created yet; " if not m.get("exists") else ""))
-                              + irs + ")"))
+        # each backend's inventory section says in one line what it found (its "summary")
+        parts = [str(v["summary"]) for v in m.values()
+                 if isinstance(v, dict) and v.get("summary")]
+        if not m.get("exists"):
+            parts.insert(0, "not created yet")
+        rows.append(("model", f"{m.get('dir') or '?'}"
+                              + (f" ({'; '.join(parts)})" if parts else "")))
     return rows
 
 

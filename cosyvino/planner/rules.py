@@ -2,6 +2,10 @@
 
 Every rule is documented in ``docs/planner.md`` with its override. Pure functions of their
 inputs (no I/O besides the optional model-dir inventory), so fixture probes give exact plans.
+
+The rules are about the machine; what a backend can do and how its options are spelled is the
+backend's answer (:class:`cosyvino.backends.Backend`: ``capabilities``, ``plan_options``,
+``reference``, ``install_hint``), never a check of its name.
 """
 
 from __future__ import annotations
@@ -9,9 +13,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
-import os
 
-from ..backends.base import Capabilities
+from ..backends.base import Backend, Capabilities
 from .inventory import STAGES, backend_capabilities, installed_backends, model_inventory
 from .planfile import PLAN_VERSION, Plan, PlanError
 from .topology import Probe
@@ -28,8 +31,6 @@ RUNTIME_OVERHEAD_BYTES = 512 * 2**20
 #: working memory of one active session (KV cache up to ~2000 positions, estimator activations)
 #: as a fraction of the weights, at least 64 MiB
 SESSION_FRACTION = 0.15
-#: install commands of built-in backends, named in the plan when their plugin is missing
-INSTALL_HINTS = {"openvino": "pip install 'cosyvino[openvino]'"}
 #: stages whose int8 IRs compute in int8 (static INT8); the LLM's int8/int4 is weight-only
 #: compression and shows as ``llm_weights``
 INT8_COMPUTE_STAGES = ("flow", "estimator", "vocoder")
@@ -71,10 +72,16 @@ def _own_reason(name: str, reason: str) -> str:
     return rest.strip() if sep and head.strip() == name and rest.strip() else reason
 
 
-def _candidates(probe: Probe, model_dir: str | None, log: _Log) -> dict[str, Capabilities]:
+def _is_reference(classes: dict, name: str) -> bool:
+    return bool(getattr(classes.get(name), "reference", False))
+
+
+def _candidates(probe: Probe, model_dir: str | None, classes: dict, log: _Log
+                ) -> dict[str, Capabilities]:
     """Capabilities of every installed, available backend on ``model_dir``, one decision
-    ``candidate:NAME`` each; backends that cannot describe themselves become warnings.
-    Reasons are returned without a leading ``"NAME: "`` (:func:`_own_reason`)."""
+    ``candidate:NAME`` each; backends that cannot describe themselves become warnings, and a
+    registered backend the probe lacks is named with its ``install_hint``. Reasons are
+    returned without a leading ``"NAME: "`` (:func:`_own_reason`)."""
     from ..plugins import plugin_errors
 
     backends = probe.backends
@@ -96,17 +103,19 @@ def _candidates(probe: Probe, model_dir: str | None, log: _Log) -> dict[str, Cap
             log.decide(f"candidate:{name}", "ready", f"{c.reason}, ~{c.relative_speed:g}x torch")
         else:
             log.decide(f"candidate:{name}", "not ready", caps[name].reason)
-    for name, hint in INSTALL_HINTS.items():
-        if name not in backends:
+    for name in sorted(classes):
+        hint = getattr(classes[name], "install_hint", "")
+        if hint and name not in backends:
             log.decide(f"candidate:{name}", "not installed", f"plugin not installed ({hint})")
     return caps
 
 
 def _choose_backend(probe: Probe, want: str | None, caps: dict[str, Capabilities],
-                    log: _Log) -> tuple[str, Capabilities]:
-    """Override, else the ready candidate with the highest relative_speed (ties: torch last,
-    then by name), else torch (its checkpoint may appear before load: the default model is
-    created on first use), else the first usable backend."""
+                    classes: dict, log: _Log) -> tuple[str, Capabilities]:
+    """Override, else the ready candidate with the highest relative_speed (ties: the reference
+    backend last, then by name), else the reference backend (torch; it loads the checkpoint,
+    which may appear before load: the default model is created on first use), else the first
+    usable backend."""
     backends = probe.backends
     usable = {n for n, b in backends.items() if b.get("available")}
     model_dir = probe.model.get("dir") or "the model dir"
@@ -128,7 +137,7 @@ def _choose_backend(probe: Probe, want: str | None, caps: dict[str, Capabilities
     others = [d["name"].split(":", 1)[1] for d in log.decisions
               if d["name"].startswith("candidate:")]
     ready = sorted((n for n, c in caps.items() if c.ready),
-                   key=lambda n: (-caps[n].relative_speed, n == "torch", n))
+                   key=lambda n: (-caps[n].relative_speed, _is_reference(classes, n), n))
     if ready:
         be = ready[0]
         rest = "; ".join(summary(n) for n in others if n != be)
@@ -137,11 +146,12 @@ def _choose_backend(probe: Probe, want: str | None, caps: dict[str, Capabilities
                           f"{caps[be].relative_speed:g}x torch)"
                           + (f"; not chosen: {rest}" if rest else "")), caps[be]
     why = "; ".join(summary(n) for n in others) or "no backend plugins installed"
-    if "torch" in caps:
-        return log.decide("backend", "torch",
-                          f"no backend is ready for {model_dir} ({why}); using the PyTorch "
+    refs = [n for n in sorted(caps) if _is_reference(classes, n)]
+    if refs:
+        return log.decide("backend", refs[0],
+                          f"no backend is ready for {model_dir} ({why}); using the {refs[0]} "
                           "reference backend, which loads the checkpoint once it is there"), \
-            caps["torch"]
+            caps[refs[0]]
     if caps:
         be = sorted(caps)[0]
         log.warnings.append(f"no backend is ready for {model_dir} and torch is not installed: "
@@ -253,15 +263,15 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                override: str | None, log: _Log) -> dict:
     """Per-stage precision from the backend's ``precisions``. A backend with more than fp32
     takes one compute precision for all stages (OpenVINO: INFERENCE_PRECISION_HINT); INT8
-    weights come from quantized files on disk (the inventory's section named after the
-    backend, e.g. ``openvino``)."""
+    weights come from quantized files on disk (``caps.weight_precisions``: what the backend
+    found in the dir it serves)."""
     if set(caps.precisions) <= {"fp32"}:
         if override and override != "fp32":
             log.warnings.append(f"--precision {override} ignored: the {backend} backend "
                                 "computes in fp32 only")
         log.decide("precision", "fp32", f"{backend} backend computes in fp32")
         return {s: "fp32" for s in STAGES}
-    on_disk = _served_precisions(probe, backend, caps)
+    on_disk = caps.weight_precisions
     prec: dict[str, str] = {}
     llm_w = on_disk.get("llm", "fp32")
     prec["llm_weights"] = llm_w
@@ -322,70 +332,49 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
     return prec
 
 
-def _served_precisions(probe: Probe, backend: str, caps: Capabilities) -> dict[str, str]:
-    """stage -> weight precision of the dir the backend serves (``caps.load_dir``, else the
-    model dir or its ``openvino/``), from the inventory section named after the backend;
-    the inventory's lowest precision over all its dirs when that dir is not in it."""
-    inv = probe.model.get(backend, {})
-    by_dir = inv.get("dir_precisions", {})
-    root = caps.load_dir or probe.model.get("dir") or ""
-    if root:
-        for d in (root, os.path.join(root, "openvino")):
-            if os.path.abspath(d) in by_dir:
-                return by_dir[os.path.abspath(d)]
-    return inv.get("precisions", {})
+def _backend_options(backend_cls, probe: Probe, caps: Capabilities, goal: str, streams: int,
+                     tps: int, pinning: bool, prec: dict, log: _Log) -> dict:
+    """Keyword arguments for ``Synthesizer(..., backend=backend, **options)``: the backend's own
+    translation of the decisions (:meth:`cosyvino.backends.Backend.plan_options`). One that
+    raises or returns no dict gets the generic names instead, with a warning."""
+    decisions = {"goal": goal, "threads": streams * tps, "streams": streams,
+                 "threads_per_stream": tps, "pinning": pinning, "precision": dict(prec),
+                 "capabilities": caps, "smt": bool(probe.smt), "hybrid": bool(probe.hybrid)}
+    try:
+        opts = backend_cls.plan_options(dict(decisions))
+        if not isinstance(opts, dict):
+            raise TypeError(f"returned {type(opts).__name__}, not dict")
+    except Exception as e:  # a plugin's translation must not break planning
+        log.warnings.append(f"backend {backend_cls.name!r}: plan_options() failed "
+                            f"({type(e).__name__}: {e}); generic option names used")
+        opts = Backend.plan_options(decisions)
+    return dict(opts)
 
 
-_OV_PREC = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
+def _reference_estimate(probe: Probe, model_dir: str | None, caps: dict[str, Capabilities],
+                        classes: dict) -> tuple[str, Capabilities] | None:
+    """(name, capabilities) of the first reference backend with a resident-memory estimate
+    for ``model_dir`` (it loads the checkpoint itself, so its estimate is the checkpoint's
+    size); asked even when it is not usable here, since the files are what counts."""
+    for name in sorted(n for n in classes if _is_reference(classes, n)):
+        c = caps.get(name)
+        if c is None:
+            c = backend_capabilities([name], model_dir, probe)[0].get(name)
+        if c is not None and c.resident_bytes:
+            return name, c
+    return None
 
 
-def _backend_options(probe: Probe, backend: str, caps: Capabilities, goal: str, streams: int,
-                     tps: int, pinning: bool, prec: dict) -> dict:
-    """Keyword arguments for ``Synthesizer(..., backend=backend, **options)``. OpenVINO gets
-    its own option names (plugins/cosyvino_openvino/__init__.py); any other backend gets
-    ``num_threads``, ``num_streams`` (when it has streams), ``cpu_pinning`` (when it can pin),
-    ``precision`` (when it has more than fp32) on top of the options it recommended."""
-    total = streams * tps
-    if backend != "openvino":  # the option names are the backend's own
-        opts = dict(caps.options)
-        opts["num_threads"] = total
-        if caps.streams:
-            opts["num_streams"] = streams
-        if caps.pinning:
-            opts["cpu_pinning"] = pinning
-        if not set(caps.precisions) <= {"fp32"}:
-            opts["precision"] = prec["llm"]
-        return opts
-    compute = _OV_PREC[prec["llm"]]
-    opts = {"num_threads": total, "num_streams": streams,
-            "performance_hint": "LATENCY" if goal == "latency" else "THROUGHPUT",
-            "cpu_pinning": pinning, "precision": compute}
-    if compute == "f32":
-        # f32 keeps reference parity (OpenVINO would pick u8 on recent CPUs); quantized dirs
-        # get u8 (see _precision)
-        opts["kv_cache_precision"] = "u8" if prec.get("kv_cache") == "u8" else "f32"
-    if compute == "f32" and prec.get("vocoder") == "bf16":
-        opts["stage_precision"] = {"hift_f0": "bf16", "hift_decode": "bf16"}
-        if prec.get("estimator_activations") == "bf16":
-            opts["stage_precision"]["estimator"] = "bf16"
-    props = {}
-    if probe.smt:
-        props["ENABLE_HYPER_THREADING"] = False
-    if probe.hybrid:
-        props["SCHEDULING_CORE_TYPE"] = "PCORE_ONLY"
-    if props:
-        opts["properties"] = props
-    return opts
-
-
-def _memory(probe: Probe, backend: str, caps: Capabilities, sessions: int,
+def _memory(probe: Probe, backend: str, caps: Capabilities, reference, sessions: int,
             memory_limit: int | None, log: _Log) -> tuple[int, dict]:
-    model = probe.model
+    """``reference``: None or (name, capabilities) of :func:`_reference_estimate`, used when
+    ``caps`` has no estimate."""
     if caps.resident_bytes:
         weights = int(caps.resident_bytes)
         src = caps.resident_basis or f"{backend}'s estimate"
-    elif model.get("torch_bytes"):
-        weights, src = model["torch_bytes"], "llm.pt + flow.pt + hift.pt"
+    elif reference is not None:
+        name, ref = reference
+        weights, src = int(ref.resident_bytes), ref.resident_basis or f"{name}'s estimate"
     else:
         weights, src = DEFAULT_WEIGHTS_BYTES, "model not on disk yet: 300M default assumed"
     per_session = max(64 * 2**20, int(weights * SESSION_FRACTION))
@@ -451,10 +440,17 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
         probe.model = model_inventory(model_dir)
     if not probe.backends:
         probe.backends = installed_backends()
+    from ..plugins import backend_classes
+
+    classes = backend_classes()
     log = _Log()
     log.warnings.extend(probe.warnings)
-    caps = _candidates(probe, probe.model.get("dir", model_dir), log)
-    be, cap = _choose_backend(probe, backend, caps, log)
+    inv_dir = probe.model.get("dir", model_dir)
+    caps = _candidates(probe, inv_dir, classes, log)
+    be, cap = _choose_backend(probe, backend, caps, classes, log)
+    # a backend the probe names but this process has not registered (a recorded probe) gets
+    # the generic option names
+    be_cls = classes.get(be, Backend)
     budget = _thread_budget(probe, log)
     n_streams, tps = _layout(probe, be, cap, goal, budget, threads, streams, log)
     pin = _pinning(probe, be, cap, shared_host, pinning, log)
@@ -469,7 +465,9 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     else:
         max_sessions = log.decide("max_sessions", 1, f"{be}: syntheses in one process run one "
                                                      "at a time")
-    max_sessions, mem = _memory(probe, be, cap, max_sessions, memory_limit, log)
+    reference = None if cap.resident_bytes else _reference_estimate(probe, inv_dir, caps,
+                                                                    classes)
+    max_sessions, mem = _memory(probe, be, cap, reference, max_sessions, memory_limit, log)
     if queue is not None:
         queue_size = log.decide("queue_size", queue, "set by --queue (override)")
     else:
@@ -490,10 +488,11 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
         serve_dir = log.decide("model_dir", cap.load_dir, f"{be} serves {cap.load_dir}: "
                                                           f"{cap.reason}")
 
+    options = _backend_options(be_cls, probe, cap, goal, n_streams, tps, pin, prec, log)
+
     from .. import __version__
     plan = Plan(
-        backend=be, goal=goal, model_dir=serve_dir,
-        backend_options=_backend_options(probe, be, cap, goal, n_streams, tps, pin, prec),
+        backend=be, goal=goal, model_dir=serve_dir, backend_options=options,
         streams=n_streams, threads_per_stream=tps, pinning=pin,
         max_sessions=max_sessions, queue_size=queue_size, precision=prec, memory=mem,
         decisions=log.decisions, warnings=log.warnings, probe=probe.to_dict(),

@@ -85,8 +85,9 @@ class Probe:
     quota in CPUs (e.g. 1.5) or None when unlimited; ``physical_cores`` counts cores (not SMT
     siblings) among the affinity CPUs; ``p_cores``/``e_cores`` are physical P/E cores in the
     affinity set on hybrid CPUs (both 0 otherwise). Memory in bytes; ``mem_limit`` None when no
-    cgroup limit. ``flags`` are the :data:`ISA_FLAGS` present. ``openvino``, ``backends`` and
-    ``model`` are filled by :mod:`cosyvino.planner.inventory` (empty when not probed).
+    cgroup limit. ``flags`` are the :data:`ISA_FLAGS` present. ``devices`` (backend name -> its
+    runtime's view of the CPU), ``backends`` and ``model`` are filled by
+    :mod:`cosyvino.planner.inventory` (empty when not probed).
     """
 
     root: str = "/"
@@ -114,7 +115,7 @@ class Probe:
     mem_total: int = 0
     mem_limit: int | None = None
     loadavg_1m: float | None = None
-    openvino: dict = field(default_factory=dict)
+    devices: dict = field(default_factory=dict)
     backends: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

@@ -1,6 +1,10 @@
 """``cosyvino plan --tune``: a short, bounded benchmark of 2-6 candidate configurations on the
 real model with the real :class:`~cosyvino.Synthesizer`, keeping the best.
 
+The candidates are thread counts for every backend plus what the plan's backend proposes
+(:meth:`cosyvino.backends.Backend.tuning_candidates`). The synthesizer class is a parameter:
+the planner does not import :mod:`cosyvino.synthesizer` (which imports the planner).
+
 Each candidate loads the model, runs one warm-up synthesis (compilation, caches), then timed
 syntheses of a short sentence with a forced number of speech tokens (same seed, same work for
 every candidate) until its share of the time budget is used. Score: median wall seconds per
@@ -11,6 +15,7 @@ stream is measured). Candidates that fail are recorded with their error, never f
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import statistics
 import time
@@ -26,8 +31,10 @@ MAX_CANDIDATES = 6
 
 def candidates(plan: Plan, probe: Probe) -> list[dict]:
     """2-6 configurations around ``plan``: the plan itself, the quota's ceiling when
-    fractional, fewer threads, pinning off (OpenVINO, when the plan pins), bf16 where the CPU
-    has it (OpenVINO), torch when the plan chose OpenVINO."""
+    fractional, fewer threads, then the plan's backend's own variants
+    (:meth:`~cosyvino.backends.Backend.tuning_candidates`; OpenVINO: pinning off when the plan
+    pins, bf16 where the CPU has it, the reference backend). A backend whose
+    ``tuning_candidates`` raises adds none."""
     out = [{"label": "plan", "backend": plan.backend, "options": dict(plan.backend_options),
             "streams": plan.streams}]
     total = plan.total_threads
@@ -46,32 +53,26 @@ def candidates(plan: Plan, probe: Probe) -> list[dict]:
     if total > 1:
         with_threads(max(1, total // 2) if total > 3 else total - 1,
                      f"threads={max(1, total // 2) if total > 3 else total - 1}")
-    if plan.backend == "openvino" and plan.pinning:
-        out.append({"label": "pinning=off", "backend": "openvino",
-                    "options": dict(plan.backend_options, cpu_pinning=False),
-                    "streams": plan.streams, "pinning": False})
-    if plan.backend == "openvino" and probe.bf16:
-        opts = dict(plan.backend_options, precision="bf16")
-        opts.pop("kv_cache_precision", None)
-        out.append({"label": "precision=bf16", "backend": "openvino", "options": opts,
-                    "streams": plan.streams, "bf16": True})
-    usable = {n for n, b in probe.backends.items() if b.get("available")}
-    if plan.backend == "openvino" and "torch" in usable:
-        out.append({"label": f"torch threads={min(total, 16)}", "backend": "torch",
-                    "options": {"num_threads": min(total, 16)}, "streams": 1})
+    from ..plugins import backend_classes
+
+    backend_cls = backend_classes().get(plan.backend)
+    if backend_cls is not None:
+        try:
+            out.extend(dict(c) for c in backend_cls.tuning_candidates(plan, probe))
+        except Exception as e:  # a plugin's proposals must not break tuning: measure the rest
+            logging.getLogger("cosyvino.planner").warning(
+                "backend %r: tuning_candidates raised %s: %s", plan.backend, type(e).__name__, e)
     if len(out) < 2:
         out.append({"label": "threads=1", "backend": plan.backend,
                     "options": dict(plan.backend_options, num_threads=1), "streams": 1})
     return out[:MAX_CANDIDATES]
 
 
-def _measure(cand: dict, model_dir: str | None, tokens: int, deadline: float,
+def _measure(synthesizer, cand: dict, model_dir: str | None, tokens: int, deadline: float,
              slice_s: float) -> dict:
-    from ..synthesizer import Synthesizer
-
     res = {k: cand[k] for k in ("label", "backend", "options", "streams")}
     t0 = time.perf_counter()
-    synth = Synthesizer(model_dir, backend=cand["backend"], **cand["options"])
+    synth = synthesizer(model_dir, backend=cand["backend"], **cand["options"])
     try:
         res["load_s"] = round(time.perf_counter() - t0, 3)
         speaker = synth.speakers[0]
@@ -95,9 +96,13 @@ def _measure(cand: dict, model_dir: str | None, tokens: int, deadline: float,
     return res
 
 
-def tune(plan: Plan, probe: Probe, model_dir: str | None, *, seconds: float = 120.0,
-         tokens: int = DEFAULT_TOKENS, say: Callable[[str], None] | None = None) -> dict:
+def tune(plan: Plan, probe: Probe, model_dir: str | None, *, synthesizer,
+         seconds: float = 120.0, tokens: int = DEFAULT_TOKENS,
+         say: Callable[[str], None] | None = None) -> dict:
     """Measure :func:`candidates` within ``seconds`` (the first candidate always runs).
+
+    ``synthesizer`` is the class (or factory) to measure with, called as
+    ``synthesizer(model_dir, backend=NAME, **options)``: :class:`cosyvino.Synthesizer`.
 
     Returns the ``tuning`` record: {seconds, tokens, goal, candidates: [...], best, best_index,
     bf16_faster}. ``best`` is None when nothing could be measured.
@@ -118,7 +123,7 @@ def tune(plan: Plan, probe: Probe, model_dir: str | None, *, seconds: float = 12
             continue
         say(f"tune {i + 1}/{len(cands)}: {cand['label']}")
         try:
-            r = _measure(cand, model_dir, tokens, deadline, slice_s)
+            r = _measure(synthesizer, cand, model_dir, tokens, deadline, slice_s)
         except Exception as e:  # a failing candidate is a result, not a crash
             r = {k: cand[k] for k in ("label", "backend", "options", "streams")}
             r["status"] = f"failed: {type(e).__name__}: {e}"

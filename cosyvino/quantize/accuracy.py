@@ -14,6 +14,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..families.cosyvoice1.graphs import reference_table
+
 #: exact f32 compute and KV cache, no blob cache: differences come from the weights only
 F32_OPTIONS = {"precision": "f32", "kv_cache_precision": "f32", "cache_dir": ""}
 
@@ -109,11 +111,14 @@ SWAP_GROUPS = {
     "estimator": ("estimate",),
     "vocoder": ("vocoder_f0", "vocoder_source", "vocoder_decode"),
 }
-#: IR stage -> swap group (stages not listed only affect the LLM path)
-STAGE_GROUP = {"flow_encoder": "flow_encoder", "length_regulator": "length_regulator",
-               "estimator": "estimator", "hift_f0": "vocoder", "hift_source": "vocoder",
-               "hift_decode": "vocoder"}
-_MEL_GROUPS = ("flow_encoder", "length_regulator", "estimator")
+#: graph -> swap group, from the v1 graph table: a graph that is a swap group itself (the flow
+#: graphs: one stage call each), else its component's (the vocoder's three graphs are run by
+#: three calls of one group); graphs not listed (component ``llm``) only affect the LLM path
+STAGE_GROUP = {g: (g if g in SWAP_GROUPS else spec.component)
+               for g, spec in reference_table().items()
+               if g in SWAP_GROUPS or spec.component in SWAP_GROUPS}
+#: swap groups that change the mel (the flow component's graphs)
+_MEL_GROUPS = tuple(g for g in reference_table().component("flow") if g in SWAP_GROUPS)
 
 
 class SwappedStages:

@@ -1,9 +1,10 @@
-"""Calibration capture: real stage inputs recorded from the FP32 OpenVINO pipeline (no torch).
+"""Calibration capture: real graph inputs recorded from the FP32 OpenVINO pipeline (no torch).
 
 :func:`capture_calibration` synthesizes calibration texts with the fp32 IRs (backend
-``openvino``, f32 compute, f32 KV cache, no blob cache) and records what each stage receives,
-by wrapping methods of the loaded :class:`~cosyvino.backends.Stages` object (the shared
-pipeline is not changed):
+``openvino``, f32 compute, f32 KV cache, no blob cache) through a normal
+:class:`~cosyvino.synthesizer.Synthesizer` built around :class:`RecordingStages`: stages that
+delegate every call to the loaded ones and record what the captured graphs receive, keyed by
+the graphs' input names in the v1 graph table (:mod:`cosyvino.families.cosyvoice1.graphs`):
 
 * ``estimator``: the batch-2 CFG call (row 0 conditional, row 1 unconditional) at every Euler
   step; kept per step in a reservoir, so a bounded subset still covers every ``t`` value;
@@ -12,7 +13,8 @@ pipeline is not changed):
   step, truncated to ``llm_steps``) in order, the first item of each flagged to reset the KV
   state (NNCF's ``nncf_reset_state`` key), so a stateful IR sees a real cache while NNCF collects
   statistics (INT4 AWQ / scale estimation);
-* ``vocoder``: ``mel`` [1, 80, T] and the NSF ``source`` [1, 1, 256 T] per segment.
+* ``vocoder``: the ``hift_decode`` inputs, ``mel`` [1, 80, T] and the NSF ``source``
+  [1, 1, 256 T], per segment.
 
 Subsets are chosen by reservoir sampling (Vitter's algorithm R) driven by ``seed``; synthesis
 seeds come from the same seed, so a capture is a pure function of (IRs, texts, seed, limits).
@@ -27,12 +29,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
+from ..families import GraphSpec, GraphTable
+from ..families.cosyvoice1.graphs import graph_table, reference_table
+from ..families.cosyvoice1.stages import CosyVoice1Stages, LLMSession
 
 #: NNCF dataset key that makes its OpenVINO engine reset a stateful model before an item
 NNCF_RESET_STATE = "nncf_reset_state"
-#: IR input names of the stages we capture, in the order of the Stages call arguments
-ESTIMATOR_INPUTS = ("x", "mask", "mu", "t", "spks", "cond")
-FLOW_ENCODER_INPUTS = ("token", "embedding")
+#: the stateful LLM IR's reorder input (:data:`cosyvino.export.openvino.stateful.BEAM_IDX`;
+#: not a graph-table tensor, and that module cannot be imported without torch)
+BEAM_IDX = "beam_idx"
+#: input names of the estimator / flow encoder graphs (the same in every v1 config), in the
+#: order of the Stages call arguments: the keys of :attr:`Capture.estimator` /
+#: :attr:`Capture.flow_encoder` items
+ESTIMATOR_INPUTS = tuple(reference_table()["estimator"].input_names)
+FLOW_ENCODER_INPUTS = tuple(reference_table()["flow_encoder"].input_names)
 #: exact f32 compute and KV cache, no blob cache (same options as the accuracy report)
 F32_OPTIONS = {"precision": "f32", "kv_cache_precision": "f32", "cache_dir": ""}
 
@@ -90,14 +100,18 @@ class Reservoir:
 
 @dataclass
 class Capture:
-    """Recorded stage inputs (float32 / int64 numpy arrays, copies).
+    """Recorded graph inputs (numpy copies in the graph table's dtypes), each a dict keyed by
+    the graph's input names (IR input names: what NNCF datasets are keyed by).
 
-    estimator: dicts keyed by :data:`ESTIMATOR_INPUTS` (x/mu/cond [2, 80, T], mask [2, 1, T],
-        t [2], spks [2, 80]); estimator_steps: the Euler step (0-based) of each.
-    flow_encoder: dicts ``token`` int64 [1, N], ``embedding`` float32 [1, 192].
-    llm: dicts ``inputs_embeds`` float32 [1, T, D], ``beam_idx`` int32 [1], and
-        :data:`NNCF_RESET_STATE` (True on the first item of each utterance).
-    vocoder: dicts ``mel`` float32 [1, 80, T], ``source`` float32 [1, 1, hop T].
+    estimator: ``estimator`` inputs, keys :data:`ESTIMATOR_INPUTS` (x/mu/cond float32
+        [2, 80, T], mask [2, 1, T], t [2], spks [2, 80]); estimator_steps: the Euler step
+        (0-based) of each.
+    flow_encoder: ``flow_encoder`` inputs, ``token`` int64 [1, N], ``embedding`` float32
+        [1, 192].
+    llm: the stateful LLM IR's inputs: ``inputs_embeds`` float32 [1, T, D], :data:`BEAM_IDX`
+        int32 [1], and :data:`NNCF_RESET_STATE` (True on the first item of each utterance).
+    vocoder: ``hift_decode`` inputs, ``mel`` float32 [1, 80, T], ``source`` float32
+        [1, 1, hop T] (``hift_f0`` takes the ``mel``).
     """
 
     seed: int
@@ -125,10 +139,11 @@ class Capture:
                    for d in group for v in d.values() if isinstance(v, np.ndarray))
 
 
-class _RecordingSession:
-    """Wraps an LLM session; records the inputs of the first ``1 + steps`` forwards."""
+class _RecordingSession(LLMSession):
+    """Wraps an LLM session; records the inputs of the first ``1 + steps`` forwards (one
+    utterance: appended to ``sink`` as a list of rows when the session is reset or closed)."""
 
-    def __init__(self, inner, steps: int, sink: list):
+    def __init__(self, inner: LLMSession, steps: int, sink: list):
         self._inner = inner
         self._rows: list[np.ndarray] = []
         self._limit = 1 + steps
@@ -157,11 +172,117 @@ def _step_capacities(total: int, n_steps: int) -> list[int]:
     return [total // n_steps + (1 if k < total % n_steps else 0) for k in range(n_steps)]
 
 
+def _record(spec: GraphSpec, args) -> dict[str, np.ndarray]:
+    """Copies of one call's data inputs, keyed by ``spec``'s input names, in its dtypes."""
+    return {t.name: np.array(a, dtype=t.dtype, copy=True)
+            for t, a in zip(spec.data_inputs, args, strict=True)}
+
+
+class _Recorder:
+    """The reservoirs of one capture and the Euler step counter of the current segment."""
+
+    def __init__(self, table: GraphTable, limits: CaptureLimits, n_steps: int,
+                 pick: np.random.Generator):
+        self.table = table
+        self.n_steps = n_steps
+        self.llm_steps = limits.llm_steps
+        self.estimator = [Reservoir(c, pick) for c in _step_capacities(limits.estimator,
+                                                                       n_steps)]
+        self.flow_encoder = Reservoir(limits.flow_encoder, pick)
+        self.vocoder = Reservoir(limits.vocoder, pick)
+        #: finished utterances (lists of LLM input rows), not yet offered to a reservoir
+        self.utterances: list[list[np.ndarray]] = []
+        self._step = 0
+
+    def on_estimate(self, args) -> None:
+        k = min(self._step, self.n_steps - 1)
+        self._step += 1
+        slot = self.estimator[k].offer()
+        if slot is not None:
+            self.estimator[k].items[slot] = _record(self.table["estimator"], args)
+
+    def on_flow_encode(self, args) -> None:
+        self._step = 0  # a new segment's ODE starts after its flow encoder call
+        slot = self.flow_encoder.offer()
+        if slot is not None:
+            self.flow_encoder.items[slot] = _record(self.table["flow_encoder"], args)
+
+    def on_vocoder_decode(self, args) -> None:
+        slot = self.vocoder.offer()
+        if slot is not None:
+            self.vocoder.items[slot] = _record(self.table["hift_decode"], args)
+
+
+class RecordingStages(CosyVoice1Stages):
+    """CosyVoice v1 stages that delegate every call to ``inner`` (loaded stages) and hand the
+    inputs of the captured calls to a recorder: ``estimate`` (graph ``estimator``),
+    ``flow_encode`` (``flow_encoder``), ``vocoder_decode`` (``hift_decode``) and the forwards
+    of every LLM session (``llm``). Other attributes are looked up on ``inner``. Not
+    thread-safe (one recorder, one Euler step counter)."""
+
+    thread_safe = False
+
+    def __init__(self, inner: CosyVoice1Stages, recorder: _Recorder):
+        self.inner = inner
+        self.recorder = recorder
+        self.config = inner.config
+        self.speakers = inner.speakers
+
+    def __getattr__(self, name):  # only called for attributes not found on the wrapper
+        inner = self.__dict__.get("inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
+    # ---- LLM -------------------------------------------------------------------------------
+    def encode_text(self, text_token):
+        return self.inner.encode_text(text_token)
+
+    def embed_llm_speaker(self, embedding):
+        return self.inner.embed_llm_speaker(embedding)
+
+    def embed_speech_tokens(self, tokens):
+        return self.inner.embed_speech_tokens(tokens)
+
+    def llm_special_embeddings(self):
+        return self.inner.llm_special_embeddings()
+
+    def new_llm_session(self) -> LLMSession:
+        return _RecordingSession(self.inner.new_llm_session(), self.recorder.llm_steps,
+                                 self.recorder.utterances)
+
+    # ---- flow ------------------------------------------------------------------------------
+    def flow_encode(self, tokens, embedding):
+        self.recorder.on_flow_encode((tokens, embedding))
+        return self.inner.flow_encode(tokens, embedding)
+
+    def length_regulate(self, h, interp):
+        return self.inner.length_regulate(h, interp)
+
+    def estimate(self, x, mask, mu, t, spks, cond):
+        self.recorder.on_estimate((x, mask, mu, t, spks, cond))
+        return self.inner.estimate(x, mask, mu, t, spks, cond)
+
+    # ---- vocoder ---------------------------------------------------------------------------
+    def vocoder_f0(self, mel):
+        return self.inner.vocoder_f0(mel)
+
+    def vocoder_source(self, f0, phase, noise):
+        return self.inner.vocoder_source(f0, phase, noise)
+
+    def vocoder_decode(self, mel, source):
+        self.recorder.on_vocoder_decode((mel, source))
+        return self.inner.vocoder_decode(mel, source)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def capture_calibration(conv_dir: str, texts: Sequence, *, seed: int = 0,
                         limits: CaptureLimits = CaptureLimits(),
                         num_threads: int | None = None, show_progress: bool = True,
                         speech_tokens: int | None = None, stages=None) -> Capture:
-    """Synthesize ``texts`` with the fp32 converted dir ``conv_dir`` and record stage inputs.
+    """Synthesize ``texts`` with the fp32 converted dir ``conv_dir`` and record graph inputs.
 
     Args:
         conv_dir: an fp32 converted dir (or a model dir with ``openvino/``).
@@ -173,70 +294,37 @@ def capture_calibration(conv_dir: str, texts: Sequence, *, seed: int = 0,
         limits: see :class:`CaptureLimits`.
         speech_tokens: force this many speech tokens per segment (bounds capture time on
             models that do not stop early); None = the LLM decides (EOS).
-        stages: an already loaded fp32 openvino Stages (tests / reuse); None loads one.
+        stages: already loaded fp32 openvino stages (tests / reuse; left open and unchanged);
+            None loads them (closed again at the end).
 
     Returns:
         :class:`Capture`. Raises :class:`InputError` for no texts or a negative seed.
     """
     from tqdm import tqdm
 
+    from ..plugins import get_backend
     from ..synthesizer import Synthesizer
 
     if not texts:
         raise InputError("calibration capture needs at least one text")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputError(f"seed must be a non-negative integer, got {seed!r}")
-    tts = (Synthesizer(conv_dir, backend="openvino", num_threads=num_threads, **F32_OPTIONS)
-           if stages is None else synthesizer_for(stages))
-    st = tts.stages
-    root = np.random.default_rng(seed)
-    text_seeds = root.integers(0, 2**31 - 1, size=len(texts))
-    pick = np.random.default_rng(root.integers(0, 2**63 - 1))
-    n_steps = tts.config.flow.cfm.n_timesteps
-    est = [Reservoir(c, pick) for c in _step_capacities(limits.estimator, n_steps)]
-    enc = Reservoir(limits.flow_encoder, pick)
-    voc = Reservoir(limits.vocoder, pick)
-    llm = Reservoir(limits.llm_sequences, pick)
-    utterances: list[list[np.ndarray]] = []
-    step = [0]
-
-    hooked = ("estimate", "flow_encode", "vocoder_decode", "new_llm_session")
-    orig = {name: getattr(st, name) for name in hooked}
-    shadowed = {name: vars(st)[name] for name in hooked if name in vars(st)}
-
-    def estimate(*args):
-        k = min(step[0], n_steps - 1)
-        step[0] += 1
-        slot = est[k].offer()
-        if slot is not None:
-            est[k].items[slot] = {n: np.array(a, copy=True)
-                                  for n, a in zip(ESTIMATOR_INPUTS, args)}
-        return orig["estimate"](*args)
-
-    def flow_encode(tokens, embedding):
-        step[0] = 0  # a new segment's ODE starts after its flow encoder call
-        slot = enc.offer()
-        if slot is not None:
-            enc.items[slot] = {"token": np.array(tokens, np.int64, copy=True),
-                               "embedding": np.array(embedding, np.float32, copy=True)}
-        return orig["flow_encode"](tokens, embedding)
-
-    def vocoder_decode(mel, source):
-        slot = voc.offer()
-        if slot is not None:
-            voc.items[slot] = {"mel": np.array(mel, np.float32, copy=True),
-                               "source": np.array(source, np.float32, copy=True)}
-        return orig["vocoder_decode"](mel, source)
-
-    def new_llm_session():
-        return _RecordingSession(orig["new_llm_session"](), limits.llm_steps, utterances)
-
-    st.estimate, st.flow_encode = estimate, flow_encode
-    st.vocoder_decode, st.new_llm_session = vocoder_decode, new_llm_session
-    cap = Capture(seed=int(seed), text_ids=[t.id for t in texts])
-    llm_only = not (limits.estimator or limits.flow_encoder or limits.vocoder)
-    speakers = list(st.speakers)
+    own = stages is None
+    if own:
+        stages = get_backend("openvino").load(conv_dir, num_threads=num_threads,
+                                              **F32_OPTIONS)
     try:
+        root = np.random.default_rng(seed)
+        text_seeds = root.integers(0, 2**31 - 1, size=len(texts))
+        pick = np.random.default_rng(root.integers(0, 2**63 - 1))
+        table = graph_table(stages.config)
+        rec = _Recorder(table, limits, stages.config.flow.cfm.n_timesteps, pick)
+        llm = Reservoir(limits.llm_sequences, pick)
+        st = RecordingStages(stages, rec)
+        tts = Synthesizer.from_stages(st, backend_name="openvino", model_dir=conv_dir)
+        cap = Capture(seed=int(seed), text_ids=[t.id for t in texts])
+        llm_only = not (limits.estimator or limits.flow_encoder or limits.vocoder)
+        speakers = list(st.speakers)
         bar = tqdm(texts, desc="calibration capture", unit="text", file=sys.stderr,
                    disable=not show_progress)
         for i, item in enumerate(bar):
@@ -254,41 +342,19 @@ def capture_calibration(conv_dir: str, texts: Sequence, *, seed: int = 0,
                                        num_speech_tokens=speech_tokens)
                 cap.segments += int(audio.stats.get("segments", 1))
             # an utterance's rows are complete once its session closed: sample it now
-            while utterances:
-                llm.add(utterances.pop(0))
+            while rec.utterances:
+                llm.add(rec.utterances.pop(0))
     finally:
-        for name in hooked:  # the wrappers are instance attributes shadowing the methods
-            if name in shadowed:
-                setattr(st, name, shadowed[name])
-            else:
-                delattr(st, name)
-    for k, res in enumerate(est):
+        if own:
+            stages.close()
+    for k, res in enumerate(rec.estimator):
         cap.estimator += res.items
         cap.estimator_steps += [k] * len(res.items)
-    cap.flow_encoder = list(enc.items)
-    cap.vocoder = list(voc.items)
+    cap.flow_encoder = list(rec.flow_encoder.items)
+    cap.vocoder = list(rec.vocoder.items)
+    embeds = table["llm"].data_inputs[0].name
     beam = np.zeros(1, np.int32)
     for rows in llm.items:
         for j, row in enumerate(rows):
-            cap.llm.append({"inputs_embeds": row, "beam_idx": beam, NNCF_RESET_STATE: j == 0})
+            cap.llm.append({embeds: row, BEAM_IDX: beam, NNCF_RESET_STATE: j == 0})
     return cap
-
-
-def synthesizer_for(stages):
-    """A :class:`~cosyvino.synthesizer.Synthesizer` around already loaded ``stages`` (no second
-    model load; same wiring as its constructor)."""
-    from ..frontend import TextFrontend
-    from cosyvino.families.cosyvoice1.pipeline import Pipeline
-    from ..synthesizer import Synthesizer
-
-    tts = Synthesizer.__new__(Synthesizer)
-    tts.model_dir = getattr(stages, "converted_dir", "")
-    tts.backend_name = "openvino"
-    tts.stages = stages
-    tts.load_seconds = 0.0
-    tts.config = stages.config
-    tts.pipeline = Pipeline(stages)
-    tts.frontend = TextFrontend()
-    tts.set_max_parallel(1)
-    return tts
-

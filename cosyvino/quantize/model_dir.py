@@ -19,7 +19,6 @@ from .. import __version__
 from ..converted import (
     FORMAT,
     MANIFEST,
-    STAGES,
     file_record,
     find_converted_dir,
     sha256_file,
@@ -27,6 +26,8 @@ from ..converted import (
     write_manifest,
 )
 from ..errors import InputError
+from ..families import GraphTable, detect_family
+from ..families.cosyvoice1.graphs import reference_table
 from ..fileutil import replace_dir
 from .accuracy import (
     F32_OPTIONS,
@@ -44,6 +45,13 @@ from .weights import WeightSettings, compress_ir
 
 log = logging.getLogger("cosyvino.quantize")
 Progress = Callable[[str], None]
+#: the model family whose graphs the recipes, the capture and the reports are written for
+FAMILY = "cosyvoice1"
+#: graph -> the :class:`.capture.Capture` group holding its recorded inputs: the dataset of
+#: its static INT8 (the inputs its table entry names: ``hift_f0`` takes the ``mel`` of a
+#: vocoder item) or of its data-aware INT4 (``llm``: whole utterances of the stateful IR)
+CAPTURE_GROUPS = {"estimator": "estimator", "flow_encoder": "flow_encoder",
+                  "hift_decode": "vocoder", "hift_f0": "vocoder", "llm": "llm"}
 
 
 #: float stages the ``int8`` preset stores with fp16 weights (compute stays f32, or bf16 where
@@ -59,8 +67,9 @@ FP16_STORAGE_STAGES = ("length_regulator", "hift_f0", "hift_decode")
 
 @dataclass(frozen=True)
 class Recipe:
-    """weights: stage -> weight-only mode; static: stages quantized with ``nncf.quantize``;
-    fp16: stages stored with fp16 weights when neither of those quantized them."""
+    """Graph names (of the v1 graph table) per treatment. weights: graph -> weight-only mode;
+    static: graphs quantized with ``nncf.quantize``; fp16: graphs stored with fp16 weights when
+    neither of those quantized them."""
 
     weights: dict = field(default_factory=dict)
     static: tuple = ()
@@ -82,7 +91,27 @@ PRESETS = {
 }
 DEFAULT_SUBDIR = {"int8-llm-only": "openvino-int8-llm", "int8": "openvino-int8",
                   "int4-llm": "openvino-int4-llm"}
+#: the vocoder graphs ``hift="int8"`` quantizes statically (``hift_source`` has no weights
+#: worth it: its constants build the harmonic phases)
 HIFT_STAGES = ("hift_f0", "hift_decode")
+
+
+def source_graphs(src_dir: str) -> GraphTable:
+    """The graph table of the converted dir ``src_dir`` (its family's, for its config).
+
+    Raises InputError: the dir is not a CosyVoice v1 conversion (the recipes, the capture and
+    the reports are v1's); ModelDirError / ConfigError: unreadable config."""
+    family = detect_family(src_dir)
+    if family.name != FAMILY:
+        raise InputError(f"{src_dir} holds a {family.name!r} model; cosyvino quantize "
+                         f"supports {FAMILY!r} conversions only")
+    return family.graphs(family.read_config(src_dir))
+
+
+def _check_graphs(table: GraphTable, what: str, names) -> None:
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        raise InputError(f"{what}: unknown stages {unknown}; known: {', '.join(table)}")
 
 
 @dataclass(frozen=True)
@@ -193,12 +222,14 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                    for s, m in recipe.weights.items()}
     static_stages = list(recipe.static) + (list(HIFT_STAGES) if hift == "int8" else [])
     fp16_storage = recipe.fp16 if fp16_storage is None else tuple(fp16_storage)
-    unknown = sorted(set(fp16_storage) - set(STAGES))
-    if unknown:
-        raise InputError(f"fp16_storage: unknown stages {unknown}; known: {', '.join(STAGES)}")
+    # the arguments are checked before the dir is touched, against the v1 graph names and
+    # components (the same in every config); the source dir's own table gives the stems
+    v1 = reference_table()
+    _check_graphs(v1, "fp16_storage", fp16_storage)
+    _check_graphs(v1, f"preset {preset!r}", [*weight_plan, *static_stages])
     fp16_stages = [s for s in fp16_storage if s not in weight_plan and s not in static_stages]
     audio_changed = [s for s in static_stages + fp16_stages if s in STAGE_GROUP]
-    llm_changed = any(s in weight_plan for s in ("llm", "text_encoder"))
+    llm_changed = any(s in weight_plan for s in v1.component("llm"))
     if (guards.max_kl is not None and not llm_changed) or (guards.audio and not audio_changed):
         raise InputError(f"preset {preset!r} (hift {hift}) leaves the guarded stages "
                          "unchanged: drop the guard")
@@ -211,6 +242,7 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     src_dir = os.path.abspath(src_dir)
     say(f"validating {src_dir}")
     src = validate_converted_dir(src_dir, source_dir)
+    table = source_graphs(src_dir)
     if src.get("weights") != "fp32":
         raise InputError(f"{src_dir} holds {src.get('weights')!r} IRs; quantize an fp32 "
                          "conversion (`cosyvino convert --weights fp32`)")
@@ -229,8 +261,8 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     backend = get_backend("openvino")
     ref_stages = None
     try:
-        need_capture = bool(static_stages) or (
-            "llm" in weight_plan and weight_plan["llm"].is_int4 and bool(calib_texts))
+        need_capture = bool(static_stages) or (bool(calib_texts) and any(
+            ws.is_int4 and g in CAPTURE_GROUPS for g, ws in weight_plan.items()))
         capture = None
         if need_capture:
             ref_stages = backend.load(src_dir, num_threads=num_threads, **F32_OPTIONS)
@@ -247,8 +279,11 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                 f"{cs['vocoder']} vocoder segments; {cs['bytes'] / 1e6:.0f} MB")
         files, stage_stats = {}, {}
 
+        def xml(stage: str) -> str:
+            return os.path.join(src_dir, table[stage].stem + ".xml")
+
         def record(stage: str, model: ov.Model, precision: str, info: dict, t0: float):
-            stem = STAGES[stage]
+            stem = table[stage].stem
             model.set_rt_info(precision, ["cosyvino", "weights"])
             # quantized IRs keep their uncompressed constants (norms, biases) fp32 like the
             # source IR; only fp16 storage compresses every float constant
@@ -269,8 +304,9 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         for stage, ws in weight_plan.items():
             say(f"compressing {stage} weights ({ws.mode})")
             t0 = time.perf_counter()
-            data = capture.llm if (capture and stage == "llm") else None
-            model, info = compress_ir(os.path.join(src_dir, STAGES[stage] + ".xml"), ws, data)
+            data = (getattr(capture, CAPTURE_GROUPS[stage])
+                    if capture and stage in CAPTURE_GROUPS else None)
+            model, info = compress_ir(xml(stage), ws, data)
             if ws.is_int4 and not info["data_aware"]:
                 say(f"{stage}: data-free INT4 ({info['data_free_reason']})")
             record(stage, model, ws.precision, info, t0)
@@ -278,18 +314,17 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         for stage in static_stages:
             say(f"static INT8 of {stage} ({static.describe()})")
             t0 = time.perf_counter()
-            samples = {"estimator": capture.estimator, "flow_encoder": capture.flow_encoder,
-                       "hift_decode": capture.vocoder,
-                       "hift_f0": [{"mel": d["mel"]} for d in capture.vocoder]}[stage]
-            model = quantize_static(os.path.join(src_dir, STAGES[stage] + ".xml"), stage,
-                                    samples, static)
+            names = table[stage].input_names
+            samples = [{n: d[n] for n in names}
+                       for d in getattr(capture, CAPTURE_GROUPS[stage])]
+            model = quantize_static(xml(stage), stage, samples, static)
             record(stage, model, "int8-static", dict(static.describe(),
                                                      samples=len(samples)), t0)
             del model
         del capture
         for stage in fp16_stages:
             t0 = time.perf_counter()
-            model = ov.Core().read_model(os.path.join(src_dir, STAGES[stage] + ".xml"))
+            model = ov.Core().read_model(xml(stage))
             record(stage, model, "fp16", {"storage": "fp16 weights, f32 compute"}, t0)
             del model
         for name, rec in src["files"].items():

@@ -11,8 +11,8 @@ __all__ = ["ServerConfig", "settings_from_plan", "create_app", "run_server"]
 
 
 def create_app(config: ServerConfig, synthesizers=None):
-    """The FastAPI app (see :func:`cosyvino.server.app.create_app`)."""
-    from .app import create_app as _create
+    """The FastAPI app (see :func:`cosyvino.server.routes.create_app`)."""
+    from .routes import create_app as _create
 
     return _create(config, synthesizers)
 

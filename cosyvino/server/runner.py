@@ -6,7 +6,7 @@ import logging
 
 import uvicorn
 
-from .app import create_app
+from .routes import create_app
 from .config import ServerConfig
 
 log = logging.getLogger("cosyvino.server")

@@ -21,7 +21,9 @@ prepares the bundled tiny golden model (:data:`cosyvino.testing.TINY_MODEL_DIR`)
   :class:`cosyvino.backends.Stages` (otherwise those two tests fail, saying so, and the tests
   needing a loaded model are skipped);
 * ``prepare()``/``load()`` of a missing dir raise :class:`cosyvino.errors.ModelDirError`;
-* shapes and dtypes of every stage method (the contract in :mod:`cosyvino.backends.base`);
+* shapes and dtypes of every stage method (the contract in
+  :mod:`cosyvino.families.cosyvoice1.stages`; widths and graph input names are read from the
+  family's graph table, :meth:`cosyvino.families.base.ModelFamily.graphs`, not written here);
 * golden parity with the official implementation: text encoder, LLM input, teacher-forced
   log-prob rows through one session, flow encoder, length regulation, estimator, mel through
   the CFM loop, f0, waveform from mel + NSF source (tolerances :attr:`atol` / :attr:`wav_atol`);
@@ -45,7 +47,10 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from ..backends.base import Backend, Capabilities, LLMSession, Stages
+from ..backends.base import Backend, Capabilities
+from ..families import DEFAULT_FAMILY, GraphSpec, GraphTable, get_family
+from ..families.cosyvoice1.stages import CosyVoice1Stages as Stages
+from ..families.cosyvoice1.stages import LLMSession
 from ..errors import CosyvinoError, ModelDirError
 from cosyvino.families.cosyvoice1.length_regulation import interpolation_matrix
 from cosyvino.families.cosyvoice1.nsf import draw_source_noise
@@ -96,6 +101,15 @@ def _not_stages(value) -> str:
     hint = " (is its body `...`?)" if value is None else ""
     return (f"load(prepared_dir) returned {type(value).__name__}, not a "
             f"cosyvino.backends.Stages subclass instance{hint}")
+
+
+def _shape(spec: GraphSpec, tensor: str, **sizes: int) -> tuple[int, ...]:
+    """The shape the graph table gives ``tensor`` of ``spec`` (an input or output name), with
+    its dynamic dims from ``sizes`` (KeyError naming the dim when one is missing)."""
+    for t in (*spec.inputs, *spec.outputs):
+        if t.name == tensor:
+            return tuple(d if isinstance(d, int) else sizes[d] for d in t.shape)
+    raise KeyError(f"graph {spec.name!r} has no tensor {tensor!r}")
 
 
 def _teacher_forced_rows(stages: Stages, session: LLMSession, lm_input, tokens) -> np.ndarray:
@@ -181,6 +195,13 @@ class BackendConformance:
     def pipeline(cls, stages) -> Pipeline:
         return Pipeline(stages)
 
+    @pytest.fixture(scope="class")
+    @classmethod
+    def graphs(cls, stages) -> GraphTable:
+        """The graph table of the loaded model's family for its config: where the expected
+        widths and graph input names come from."""
+        return get_family(getattr(stages, "family", "") or DEFAULT_FAMILY).graphs(stages.config)
+
     # ---- registration, availability, capabilities, prepare ----------------------------------
     def test_registered_through_entry_point(self, backend_class):
         assert isinstance(backend_class, type) and issubclass(backend_class, Backend)
@@ -244,19 +265,21 @@ class BackendConformance:
             available_class.load(missing, **self.load_options)
 
     # ---- stage shapes and dtypes -------------------------------------------------------------
-    def test_speakers_and_config(self, stages):
+    def test_speakers_and_config(self, stages, graphs):
         from cosyvino.families.cosyvoice1.config import ModelConfig
 
         assert isinstance(stages.config, ModelConfig)
         assert stages.speakers, "no speakers"
+        width = _shape(graphs["flow_encoder"], "embedding")  # (1, 192): the x-vector
         for name, emb in stages.speakers.items():
             assert isinstance(name, str)
-            _check_array(emb, (1, 192), np.float32, f"speakers[{name!r}]")
+            _check_array(emb, width, np.float32, f"speakers[{name!r}]")
 
-    def test_llm_stage_shapes(self, stages, golden):
-        d = stages.config.llm.llm_input_size
-        v1 = stages.config.llm.speech_token_size + 1
-        _check_array(stages.encode_text(golden["llm/text_token"]), (1, 17, d), np.float32,
+    def test_llm_stage_shapes(self, stages, golden, graphs):
+        d = _shape(graphs["llm"], "inputs_embeds", new=1)[-1]
+        v1 = _shape(graphs["llm"], "logp")[-1]
+        _check_array(stages.encode_text(golden["llm/text_token"]),
+                     _shape(graphs["text_encoder"], "text_features", text_len=17), np.float32,
                      "encode_text")
         _check_array(stages.embed_llm_speaker(golden["llm/embedding"]), (1, 1, d), np.float32,
                      "embed_llm_speaker")
@@ -274,27 +297,34 @@ class BackendConformance:
                      "LLMSession.forward (one step)")
         session.close()
 
-    def test_flow_stage_shapes(self, stages, golden):
+    def test_flow_stage_shapes(self, stages, golden, graphs):
         h, spks = stages.flow_encode(golden["flow/speech_token"], golden["flow/embedding"])
-        _check_array(h, (1, 60, 80), np.float32, "flow_encode h")
-        _check_array(spks, (1, 80), np.float32, "flow_encode spks")
+        _check_array(h, _shape(graphs["flow_encoder"], "h", tokens=60), np.float32,
+                     "flow_encode h")
+        _check_array(spks, _shape(graphs["flow_encoder"], "spks"), np.float32,
+                     "flow_encode spks")
         mu = stages.length_regulate(golden["flow/encoder_proj_out"],
                                     interpolation_matrix(0, 60, 0, 103))
-        _check_array(mu, (1, 103, 80), np.float32, "length_regulate")
-        _check_array(stages.estimate(*self._estimator_args(golden)), (2, 80, 57), np.float32,
-                     "estimate")
+        _check_array(mu, _shape(graphs["length_regulator"], "mu", frames=103), np.float32,
+                     "length_regulate")
+        _check_array(stages.estimate(*self._estimator_args(golden, graphs)),
+                     _shape(graphs["estimator"], "velocity", frames=57), np.float32, "estimate")
 
-    def test_vocoder_stage_shapes(self, stages, golden):
+    def test_vocoder_stage_shapes(self, stages, golden, graphs):
         h = stages.config.hift
         mel = golden["hift/mel"]
         t = mel.shape[-1]
-        _check_array(stages.vocoder_f0(mel), (1, t), np.float32, "vocoder_f0")
+        samples = h.hop_length * t
+        _check_array(stages.vocoder_f0(mel), _shape(graphs["hift_f0"], "f0", frames=t),
+                     np.float32, "vocoder_f0")
         phase, noise = draw_source_noise(np.random.default_rng(0), t, h.nb_harmonics,
                                          h.hop_length)
         source = stages.vocoder_source(golden["hift/f0"], phase, noise)
-        _check_array(source, (1, 1, h.hop_length * t), np.float32, "vocoder_source")
+        _check_array(source, _shape(graphs["hift_source"], "source", samples=samples),
+                     np.float32, "vocoder_source")
         wav = stages.vocoder_decode(mel, golden["hift/source"])
-        _check_array(wav, (1, h.hop_length * t), np.float32, "vocoder_decode")
+        _check_array(wav, _shape(graphs["hift_decode"], "wav", samples=samples), np.float32,
+                     "vocoder_decode")
         assert np.all(np.abs(wav) <= 0.99 + 1e-6), "vocoder_decode: samples beyond ±0.99"
 
     # ---- golden parity -----------------------------------------------------------------------
@@ -320,8 +350,8 @@ class BackendConformance:
                                     interpolation_matrix(0, 60, 0, 103))
         assert _maxabs(mu, golden["flow/length_regulated"]) <= self.atol
 
-    def test_estimator_parity(self, stages, golden):
-        out = stages.estimate(*self._estimator_args(golden))
+    def test_estimator_parity(self, stages, golden, graphs):
+        out = stages.estimate(*self._estimator_args(golden, graphs))
         assert _maxabs(out, golden["estimator/out"]) <= self.atol
 
     def test_mel_parity(self, pipeline, golden):
@@ -357,11 +387,11 @@ class BackendConformance:
         sa.close()
         sb.close()
 
-    def test_concurrent_calls_when_thread_safe(self, stages, golden):
+    def test_concurrent_calls_when_thread_safe(self, stages, golden, graphs):
         if not stages.thread_safe:
             pytest.skip(f"{self.backend}: Stages.thread_safe is False")
         seqs = self._two_sequences(stages, golden)
-        est_args = self._estimator_args(golden)
+        est_args = self._estimator_args(golden, graphs)
         expected = [_teacher_forced_rows(stages, stages.new_llm_session(), *s) for s in seqs]
         expected_est = stages.estimate(*est_args)
         got: list = [None] * 4
@@ -389,15 +419,16 @@ class BackendConformance:
             assert _maxabs(got[2 + i], expected_est) <= self.atol
 
     # ---- input contract ----------------------------------------------------------------------
-    def test_bad_shapes_raise(self, stages, golden):
-        d = stages.config.llm.llm_input_size
+    def test_bad_shapes_raise(self, stages, golden, graphs):
+        d = _shape(graphs["llm"], "inputs_embeds", new=1)[-1]
+        mel_bins = _shape(graphs["estimator"], "x", frames=1)[1]
         bad_calls = {
             "encode_text rank 1": lambda: stages.encode_text(golden["llm/text_token"][0]),
             "embed_llm_speaker width 191": lambda: stages.embed_llm_speaker(
                 golden["llm/embedding"][:, :191]),
             "estimate 81 mel bins": lambda: stages.estimate(*(
-                np.concatenate([a, a[:, :1]], axis=1) if a.ndim == 3 and a.shape[1] == 80
-                else a for a in self._estimator_args(golden))),
+                np.concatenate([a, a[:, :1]], axis=1) if a.ndim == 3 and a.shape[1] == mel_bins
+                else a for a in self._estimator_args(golden, graphs))),
             "vocoder_f0 81 mel bins": lambda: stages.vocoder_f0(
                 np.concatenate([golden["hift/mel"], golden["hift/mel"][:, :1]], axis=1)),
             "length_regulate interp width": lambda: stages.length_regulate(
@@ -417,7 +448,7 @@ class BackendConformance:
                                     golden["llm/forced_speech_tokens"].tolist())
         assert _maxabs(rows, golden["llm/logp"]) <= self.atol
 
-    def test_wrong_dtypes_raise_or_convert(self, stages, golden):
+    def test_wrong_dtypes_raise_or_convert(self, stages, golden, graphs):
         tokens = golden["llm/text_token"]
         _raises_or_converts(lambda: stages.encode_text(tokens.astype(np.int32)),
                             stages.encode_text(tokens), np.float32, self.atol,
@@ -426,7 +457,7 @@ class BackendConformance:
         _raises_or_converts(lambda: stages.embed_speech_tokens(speech.astype(np.int32)),
                             stages.embed_speech_tokens(speech), np.float32, self.atol,
                             "embed_speech_tokens(int32)")
-        args = self._estimator_args(golden)
+        args = self._estimator_args(golden, graphs)
         _raises_or_converts(lambda: stages.estimate(*(a.astype(np.float64) for a in args)),
                             stages.estimate(*args), np.float32, self.atol, "estimate(float64)")
         mel = golden["hift/mel"]
@@ -441,5 +472,7 @@ class BackendConformance:
 
     # ---- helpers -----------------------------------------------------------------------------
     @staticmethod
-    def _estimator_args(golden) -> tuple:
-        return tuple(golden[f"estimator/{k}"] for k in ("x", "mask", "mu", "t", "spks", "cond"))
+    def _estimator_args(golden, graphs: GraphTable) -> tuple:
+        """The golden estimator inputs in the ``estimator`` graph's input order (the goldens
+        are keyed ``estimator/<input name>``)."""
+        return tuple(golden[f"estimator/{k}"] for k in graphs["estimator"].input_names)

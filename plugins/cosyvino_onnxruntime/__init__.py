@@ -28,6 +28,10 @@ import cosyvino
 from cosyvino.backends.base import Backend, Capabilities, Stages
 from cosyvino.errors import BackendError, ConvertedModelError
 
+#: LLM export layout a fresh :mod:`cosyvino.export.onnx` conversion records (manifest ``llm``
+#: fields): the exact-length relative position table, ``pos_bucket`` 1 (the exporter passes no
+#: layout of its own to :func:`cosyvino.export.common.convert_atomically`)
+LLM_LAYOUT = {"pos_bucket": 1}
 #: end-to-end synthesis speed relative to torch fp32 on the same CPU and threads: OpenVINO f32's
 #: 1.28x (docs/performance.md) times ORT/OpenVINO f32 measured side by side on the synthetic
 #: 300M on a shared 2-core machine (`cosyvino bench`: total 1.21x; same process, 1 thread, CPU
@@ -42,12 +46,48 @@ class ONNXRuntimeBackend(Backend):
     name = "onnxruntime"
     description = ("ONNX Runtime on CPU (run `cosyvino convert --format onnx` first; no torch at "
                    "serving)")
+    install_hint = "pip install 'cosyvino[onnxruntime]'"
+    convert_format = "onnx"
+    #: ONNX Runtime's CPU kernels compute in fp32: the export stores fp32 weights only
+    convert_weights = ("fp32",)
+    #: ``cosyvino bench --backends onnxruntime:PRESET``: run (plain ``run`` calls, the bare
+    #: default) or iobinding (the LLM decode loop through IO binding)
+    option_presets = {"": {}, "run": {}, "iobinding": {"io_binding": True}}
 
     @classmethod
     def is_available(cls):
         if importlib.util.find_spec("onnxruntime") is None:
-            return False, "onnxruntime is not installed (pip install 'cosyvino[onnxruntime]')"
+            return False, f"onnxruntime is not installed ({cls.install_hint})"
         return True, ""
+
+    @classmethod
+    def _converted(cls, model_dir) -> tuple[str, dict]:
+        """(dir, manifest) of the ONNX conversion :meth:`load` of ``model_dir`` serves (only
+        the manifest is read; file hashes are checked at load). Raises ConvertedModelError
+        (its message names `cosyvino convert --format onnx`)."""
+        from cosyvino.converted import find_converted_dir, read_manifest
+
+        conv_dir, _ = find_converted_dir(model_dir, cls.name)
+        return conv_dir, read_manifest(conv_dir, cls.name)
+
+    @staticmethod
+    def _graph_bytes(manifest: dict) -> int:
+        return sum(rec.get("size", 0) for rec in manifest.get("files", {}).values()
+                   if rec.get("stage"))
+
+    @classmethod
+    def inventory(cls, model_dir: str | None) -> dict:
+        """{present, dir, bytes[, summary]}: the ONNX dir :meth:`load` would serve (``model_dir``
+        itself or its ``onnx/``) and the size of its stage graphs; ``present`` False (and no
+        ``summary``) when there is none."""
+        if not model_dir:
+            return {"present": False}
+        try:
+            conv_dir, manifest = cls._converted(model_dir)
+        except ConvertedModelError:
+            return {"present": False}
+        return {"present": True, "dir": os.path.abspath(conv_dir),
+                "bytes": cls._graph_bytes(manifest), "summary": f"ONNX graphs in {conv_dir}"}
 
     @classmethod
     def capabilities(cls, model_dir, probe=None) -> Capabilities:
@@ -60,15 +100,11 @@ class ONNXRuntimeBackend(Backend):
         if model_dir is None:
             return Capabilities(ready=False, thread_safe=True, reason=(
                 "onnxruntime: no model dir; run `cosyvino convert --format onnx`"))
-        from cosyvino.converted import find_converted_dir, read_manifest
-
         try:
-            conv_dir, _ = find_converted_dir(model_dir, "onnxruntime")
-            manifest = read_manifest(conv_dir, "onnxruntime")
+            conv_dir, manifest = cls._converted(model_dir)
         except ConvertedModelError as e:  # its message names `cosyvino convert --format onnx`
             return Capabilities(ready=False, thread_safe=True, reason=f"onnxruntime: {e}")
-        size = sum(rec.get("size", 0) for name, rec in manifest.get("files", {}).items()
-                   if rec.get("stage"))
+        size = cls._graph_bytes(manifest)
         return Capabilities(ready=True, reason=f"onnxruntime: ONNX graphs in {conv_dir}",
                             load_dir=conv_dir, relative_speed=RELATIVE_SPEED,
                             resident_bytes=size or None,
@@ -77,34 +113,47 @@ class ONNXRuntimeBackend(Backend):
                             pinning=False, precisions=("fp32",))
 
     @classmethod
-    def prepare(cls, model_dir: str, out_dir: str | None = None, progress=None) -> str:
-        """Return an ONNX dir for the checkpoint in ``model_dir``, converting it when needed.
+    def prepared_dir(cls, model_dir: str) -> str | None:
+        """``model_dir`` when it is an ONNX converted dir, else its ``onnx/`` when that holds
+        one, else None. Reads only the manifest."""
+        try:
+            return cls._converted(model_dir)[0]
+        except ConvertedModelError:
+            return None
 
-        ``model_dir`` already an ONNX converted dir: returned as it is. ``out_dir`` None and
-        ``model_dir/onnx`` up to date with the checkpoint (manifest and source hashes, see
-        :func:`cosyvino.converted.validate_converted_dir`): that dir, nothing is rewritten.
-        Otherwise :func:`cosyvino.export.onnx.convert_model_dir` writes ``out_dir`` (default
-        ``model_dir/onnx``) atomically and it is returned. Needs torch and onnx to convert.
+    @classmethod
+    def conversion_status(cls, model_dir: str, out_dir: str | None = None, *,
+                          weights: str = "fp32"):
+        """:func:`cosyvino.converted.conversion_status` of ``out_dir`` (default
+        ``model_dir/onnx``) against what a fresh export writes: ``weights``, this cosyvino's
+        version, the installed onnx version (when onnx is installed) and the LLM layout
+        (``llm.pos_bucket`` 1: the exact-length position table). Imports onnx when installed.
+        """
+        from cosyvino import __version__
+        from cosyvino.converted import conversion_status
+
+        expected: dict = {"weights": weights, "cosyvino_version": __version__}
+        if importlib.util.find_spec("onnx") is not None:
+            import onnx
+
+            expected["onnx_version"] = onnx.__version__
+        expected["llm"] = dict(LLM_LAYOUT)
+        return conversion_status(model_dir, out_dir, cls.name, expected)
+
+    @classmethod
+    def convert(cls, model_dir: str, out_dir: str | None = None, progress=None, *,
+                weights: str = "fp32") -> str:
+        """Export the checkpoint in ``model_dir`` with
+        :func:`cosyvino.export.onnx.convert_model_dir` into ``out_dir`` (default
+        ``model_dir/onnx``, written atomically) and return it. Needs torch and onnx.
 
         Raises:
             ModelDirError / ConfigError / CheckpointError: bad source dir.
-            ConvertedModelError: ``model_dir`` is a converted dir of another runtime.
             BackendError: torch or onnx is not installed.
+            ValueError: ``weights`` other than fp32.
         """
-        from cosyvino.converted import (MANIFEST, RUNTIME_SUBDIRS, read_manifest,
-                                        validate_converted_dir)
-
-        model_dir = os.fspath(model_dir)
-        if os.path.isfile(os.path.join(model_dir, MANIFEST)):
-            read_manifest(model_dir, "onnxruntime")  # refuses other runtimes' dirs
-            return model_dir
-        sub = os.path.join(model_dir, RUNTIME_SUBDIRS["onnxruntime"])
-        if out_dir is None and os.path.isfile(os.path.join(sub, MANIFEST)):
-            try:
-                validate_converted_dir(sub, model_dir, runtime="onnxruntime")
-                return sub
-            except ConvertedModelError:
-                pass  # stale or damaged: convert again below
+        if weights not in cls.convert_weights:
+            raise ValueError(f"ONNX export stores fp32 weights only, got {weights!r}")
         for pkg in ("torch", "onnx"):
             if importlib.util.find_spec(pkg) is None:
                 raise BackendError(f"converting to ONNX needs {pkg} "
@@ -114,13 +163,18 @@ class ONNXRuntimeBackend(Backend):
         return convert_model_dir(model_dir, out_dir, progress=progress)
 
     @classmethod
+    def conversion_summary(cls, manifest: dict) -> tuple[str, dict]:
+        opset = manifest.get("opset")
+        return f"ONNX opset {opset}", {"opset": opset, "onnx": manifest.get("onnx_version")}
+
+    @classmethod
     def load(cls, model_dir: str, **options) -> Stages:
         ok, why = cls.is_available()
         if not ok:
             raise BackendError(why)
-        from .stages import ORTStages
+        from .stages import load_stages
 
-        return ORTStages(model_dir, **options)
+        return load_stages(model_dir, **options)
 
 
 @cosyvino.hookimpl

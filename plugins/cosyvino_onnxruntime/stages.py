@@ -1,10 +1,19 @@
-"""ONNX Runtime implementation of :class:`cosyvino.backends.Stages` (CPU). Must not import torch.
+"""ONNX Runtime (CPU) serving of a converted ONNX dir, for any model family. Must not import
+torch.
 
-One ``InferenceSession`` per stage (``run`` may be called from several threads at once). The LLM
-graph takes and returns its KV cache explicitly; every :class:`ORTLLMSession` keeps its own
-cache between steps and feeds the previous step's ``present.*`` outputs back as the next
-``past_key_values.*`` inputs: by default through ``session.run`` (numpy arrays), with the
-``io_binding`` option as bound ``OrtValue`` s. Measured on one InferenceSession, the two
+:class:`ORTGraphRunner` is the backend: one ``InferenceSession`` per graph of the dir's family
+table (:meth:`cosyvino.families.base.ModelFamily.graphs`), loaded from ``<stem>.onnx``; ``run``
+feeds the table's input names and returns the table's outputs in order (``run`` may be called
+from several threads at once). The family builds its stages over it
+(:meth:`~cosyvino.families.base.ModelFamily.stages_from_runner`, :func:`load_stages`);
+CosyVoice v1 gets :class:`ORTStages`, its graph stages plus what tools and tests inspect
+(``sessions``, ``converted_dir``, ``manifest``, the LLM session's ``cache_length``).
+
+A stateful graph (v1: the LLM, its KV cache) has no state inside ONNX: every session keeps its
+own state between calls and feeds the previous call's state outputs (``present.*``) back as the
+next call's state inputs (``past_key_values.*``): by default through ``session.run`` (numpy
+arrays, :class:`cosyvino.backends.graphs.ExplicitStateSession`), with the ``io_binding`` option
+as bound ``OrtValue`` s (:class:`BoundStateSession`). Measured on one InferenceSession, the two
 kinds of session stepped alternately (shared 2-core machine, 1 thread, medians per decode
 step): synthetic 300M, cache 40..240 positions, ``run`` 125.7 ms wall / 80.0 ms CPU, IO binding
 129.5 / 79.1 ms (the cache is a few MB against ~790 MB of weights read per step, so skipping
@@ -17,15 +26,19 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Sequence
 
 import numpy as np
 import onnxruntime as ort
 
-from cosyvino.backends.base import LLMSession, Stages
-from cosyvino.backends.tables import ServingTablesMixin
-from cosyvino.converted import STAGE_EXTS, STAGES, find_converted_dir, validate_converted_dir
+from cosyvino.backends.base import Stages
+from cosyvino.backends.graphs import ExplicitStateSession, GraphRunner, GraphSession
+from cosyvino.converted import STAGE_EXTS, find_converted_dir, validate_converted_dir
 from cosyvino.errors import BackendError, ConvertedModelError
-from cosyvino.families.cosyvoice1.yaml_config import read_model_config
+from cosyvino.families import detect_family
+from cosyvino.families.base import GraphSpec, GraphTable
+from cosyvino.families.cosyvoice1.graph_stages import GraphStages
+from cosyvino.families.cosyvoice1.stages import LLMSession
 
 log = logging.getLogger("cosyvino.onnxruntime")
 
@@ -39,9 +52,10 @@ _OPT_LEVELS = {
 }
 _EXEC_MODES = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL,
                "parallel": ort.ExecutionMode.ORT_PARALLEL}
-#: backend options accepted by :class:`ORTStages` (see the package docstring)
+#: backend options accepted by :func:`load_stages` (see the package docstring)
 _OPTIONS = {"num_threads", "inter_op_num_threads", "graph_optimization_level", "execution_mode",
             "enable_cpu_mem_arena", "io_binding", "optimized_model_dir"}
+_HINT = "re-run `cosyvino convert --format onnx`"
 
 
 def _count(name: str, value) -> int:
@@ -83,146 +97,234 @@ def session_options(*, num_threads=None, inter_op_num_threads=None,
     return so
 
 
-class ORTLLMSession(LLMSession):
-    """KV cache of one utterance, held between steps.
+def _check_options(options: dict) -> tuple[dict, bool]:
+    """(session options, io_binding) from backend options; BackendError on an unknown option
+    or a bad value (checked before any file is read: a typo fails fast)."""
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise BackendError(f"onnxruntime backend: unknown options {unknown}; known: "
+                           f"{sorted(_OPTIONS)}")
+    options = dict(options)
+    io_binding = options.pop("io_binding", False)
+    if not isinstance(io_binding, bool):
+        raise BackendError(f"onnxruntime backend: io_binding must be true or false, got "
+                           f"{io_binding!r}")
+    session_options(**options)  # validates every value; optimized_model_dir is created here
+    return options, io_binding
 
-    ``io_binding=False`` (default): plain ``session.run``, the cache as numpy arrays.
-    ``io_binding=True``: the previous step's present ``OrtValue`` s are bound as the next
-    step's past inputs and ORT allocates the outputs (the cache never becomes numpy; outputs
-    must be re-bound every step because their length grows).
+
+class BoundStateSession(GraphSession):
+    """The state of one stateful graph kept as ``OrtValue`` s bound through an IO binding (the
+    ``io_binding`` option): the previous call's state outputs are bound as the next call's
+    state inputs, so the state never becomes numpy. ORT allocates the outputs (they are
+    re-bound every call because the state grows). Not thread-safe; one per request.
     """
 
-    def __init__(self, session: ort.InferenceSession, past_names: list[str],
-                 present_names: list[str], empty_shape: tuple[int, int, int, int],
-                 io_binding: bool = False):
+    def __init__(self, spec: GraphSpec, session: ort.InferenceSession):
+        if not spec.state:
+            raise BackendError(f"graph {spec.name!r} has no state")
+        self._spec = spec
         self._session = session
-        self._past = past_names
-        self._present = present_names
-        self._empty = np.zeros(empty_shape, np.float32)
-        self._io_binding = io_binding
-        self._binding = session.io_binding() if io_binding else None
-        self._cache: list | None = None  # per past name: OrtValue (binding) or ndarray
+        self._binding = session.io_binding()
+        self._data_in = [t.name for t in spec.data_inputs]
+        self._dtypes = {t.name: t.dtype for t in spec.inputs}
+        self._out_index = {name: i for i, name in enumerate(spec.output_names)}
+        self._data_out = [self._out_index[t.name] for t in spec.data_outputs]
+        self._empty = {s.input: s.initial() for s in spec.state}
+        self._state: dict[str, ort.OrtValue] | None = None  # state input name -> value
 
     def reset(self) -> None:
-        self._cache = None
+        self._state = None
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Data inputs (:attr:`GraphSpec.data_inputs` order) -> data outputs, as numpy.
+
+        Raises: BackendError (wrong input count, or ORT failed; the state is then unchanged)."""
+        if len(inputs) != len(self._data_in):
+            raise BackendError(f"graph {self._spec.name!r} takes {len(self._data_in)} data "
+                               f"inputs, got {len(inputs)}")
+        b = self._binding
+        try:
+            for name, a in zip(self._data_in, inputs):
+                b.bind_cpu_input(name, np.ascontiguousarray(a, self._dtypes[name]))
+            if self._state is None:
+                for name, empty in self._empty.items():
+                    b.bind_cpu_input(name, empty)
+            else:
+                for name, value in self._state.items():
+                    b.bind_ortvalue_input(name, value)
+            for name in self._spec.output_names:
+                b.bind_output(name, "cpu")
+            self._session.run_with_iobinding(b)
+            out = b.get_outputs()
+        except Exception as e:  # onnxruntime raises its own Fail/InvalidArgument types
+            raise BackendError(f"onnxruntime: graph {self._spec.name!r} failed: {e}") from e
+        finally:
+            # drop the binding's references to the inputs; the state lives on in self._state
+            b.clear_binding_inputs()
+            b.clear_binding_outputs()
+        self._state = {s.input: out[self._out_index[s.output]] for s in self._spec.state}
+        return [out[i].numpy() for i in self._data_out]
+
+    def state_length(self) -> int:
+        """Positions carried so far (along the first state's :attr:`StateSpec.axis`)."""
+        if self._state is None:
+            return 0
+        first = self._spec.state[0]
+        return int(self._state[first.input].shape()[first.axis])
+
+
+class ORTGraphRunner(GraphRunner):
+    """The graphs of a converted ONNX dir, one ``InferenceSession`` each.
+
+    Args:
+        conv_dir: the converted dir (already validated against its manifest).
+        table: the family's graph table for ``config``; each graph is ``<stem>.onnx``.
+        config: the family's typed config.
+        io_binding: stateful graphs keep their state as bound OrtValues
+            (:class:`BoundStateSession`) instead of numpy (:class:`ExplicitStateSession`).
+        **options: session options (:func:`session_options`).
+
+    Attributes:
+        sessions: graph name -> ``ort.InferenceSession``.
+
+    Raises:
+        ConvertedModelError: a graph file cannot be loaded, or its input/output names are not
+            the table's (a conversion of another model or cosyvino version).
+    """
+
+    # InferenceSession.run is safe to call concurrently; each state session owns its state
+    # (and IO binding), so one loaded model serves several threads.
+    thread_safe = True
+
+    def __init__(self, conv_dir: str, table: GraphTable, config, *, io_binding: bool = False,
+                 **options):
+        self.conv_dir = conv_dir
+        self.table = table
+        self.config = config
+        self.io_binding = io_binding
+        self.sessions: dict[str, ort.InferenceSession] = {}
+        for name, spec in table.items():
+            path = os.path.join(conv_dir, spec.stem + EXT)
+            try:
+                session = ort.InferenceSession(path, session_options(**options, stem=spec.stem),
+                                               providers=["CPUExecutionProvider"])
+            except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
+                raise ConvertedModelError(f"onnxruntime cannot load {path} ({e}); {_HINT}",
+                                          path) from e
+            _check_io(session, spec, path)
+            self.sessions[name] = session
+
+    def _spec(self, graph: str) -> GraphSpec:
+        try:
+            return self.table[graph]
+        except KeyError:
+            raise BackendError(f"onnxruntime: no graph {graph!r}; this model has "
+                               f"{', '.join(self.table)}") from None
+
+    def run(self, graph: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``inputs`` in the spec's input order -> outputs in its output order (numpy). Inputs
+        are converted to the spec's dtypes (a no-op when they have them already).
+
+        Raises: BackendError (unknown graph, wrong input count, or ORT failed: wrong shapes)."""
+        spec = self._spec(graph)
+        if len(inputs) != len(spec.inputs):
+            raise BackendError(f"graph {graph!r} takes {len(spec.inputs)} inputs, got "
+                               f"{len(inputs)}")
+        feeds = {t.name: np.ascontiguousarray(a, t.dtype) for t, a in zip(spec.inputs, inputs)}
+        try:
+            return self.sessions[graph].run(spec.output_names, feeds)
+        except Exception as e:  # onnxruntime raises its own Fail/InvalidArgument types
+            raise BackendError(f"onnxruntime: graph {graph!r} failed: {e}") from e
+
+    def new_session(self, graph: str) -> GraphSession:
+        """A session of a stateful graph with empty state (see ``io_binding``)."""
+        spec = self._spec(graph)
+        if self.io_binding and spec.state:
+            return BoundStateSession(spec, self.sessions[graph])
+        return ExplicitStateSession(spec, lambda arrays: self.run(graph, arrays))
+
+
+def _check_io(session: ort.InferenceSession, spec: GraphSpec, path: str) -> None:
+    """ConvertedModelError unless the ONNX file's input and output names are the spec's."""
+    for what, got, want in (("inputs", [i.name for i in session.get_inputs()], spec.input_names),
+                            ("outputs", [o.name for o in session.get_outputs()],
+                             spec.output_names)):
+        if sorted(got) != sorted(want):
+            missing = sorted(set(want) - set(got))
+            extra = sorted(set(got) - set(want))
+            raise ConvertedModelError(
+                f"{path} does not match the {spec.name!r} graph of this model "
+                f"({len(got)} {what}, {len(want)} expected; missing {missing[:4]}, unexpected "
+                f"{extra[:4]}); {_HINT}", path)
+
+
+class ORTLLMSession(LLMSession):
+    """The v1 LLM's KV cache of one utterance, in a runner session (numpy or IO binding)."""
+
+    def __init__(self, session: GraphSession):
+        self._session = session
 
     def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(inputs_embeds, np.float32)
-        if self._binding is None:
-            feeds = {"inputs_embeds": x}
-            cache = self._cache or [self._empty] * len(self._past)
-            feeds.update(zip(self._past, cache))
-            out = self._session.run(None, feeds)
-            self._cache = out[1:]
-            return out[0][0]
-        b = self._binding
-        b.bind_cpu_input("inputs_embeds", x)
-        if self._cache is None:
-            for name in self._past:
-                b.bind_cpu_input(name, self._empty)
-        else:
-            for name, value in zip(self._past, self._cache):
-                b.bind_ortvalue_input(name, value)
-        b.bind_output("logp", "cpu")
-        for name in self._present:
-            b.bind_output(name, "cpu")
-        self._session.run_with_iobinding(b)
-        out = b.get_outputs()
-        self._cache = [out[i] for i in range(1, len(self._present) + 1)]
-        # drop the binding's references to the inputs; the cache lives on in self._cache
-        b.clear_binding_inputs()
-        b.clear_binding_outputs()
-        return out[0].numpy()[0]
+        return self._session.run([inputs_embeds])[0][0]
+
+    def reset(self) -> None:
+        self._session.reset()
+
+    def close(self) -> None:
+        self._session.close()
 
     def cache_length(self) -> int:
         """Number of cached positions."""
-        if self._cache is None:
-            return 0
-        first = self._cache[0]
-        return int(first.shape()[2] if isinstance(first, ort.OrtValue) else first.shape[2])
+        return self._session.state_length()
 
 
-class ORTStages(ServingTablesMixin, Stages):
-    # InferenceSession.run is safe to call concurrently; each LLM session owns its cache and
-    # IO binding, so one loaded model serves several threads.
-    thread_safe = True
+class ORTStages(GraphStages):
+    """CosyVoice v1 on ONNX Runtime: the family's graph stages
+    (:class:`cosyvino.families.cosyvoice1.graph_stages.GraphStages`, what
+    ``CosyVoice1.stages_from_runner`` builds) over an :class:`ORTGraphRunner`, plus the ORT
+    view tools and tests use: ``sessions``, ``converted_dir``, ``manifest`` and LLM sessions
+    with ``cache_length()``. The tables' errors name ``cosyvino convert --format onnx``.
 
-    def __init__(self, model_dir: str, **options):
-        unknown = sorted(set(options) - _OPTIONS)
-        if unknown:
-            raise BackendError(f"onnxruntime backend: unknown options {unknown}; known: "
-                               f"{sorted(_OPTIONS)}")
-        io_binding = options.pop("io_binding", False)
-        if not isinstance(io_binding, bool):
-            raise BackendError(f"onnxruntime backend: io_binding must be true or false, got "
-                               f"{io_binding!r}")
-        self._io_binding = io_binding
-        session_options(**options)  # validate before the (slow) file checks and loads
-        conv_dir, source_dir = find_converted_dir(model_dir, RUNTIME)
+    Raises: ConvertedModelError when the tables or speakers cannot be read.
+    """
+
+    def __init__(self, runner: ORTGraphRunner, conv_dir: str, manifest: dict):
+        super().__init__(runner, conv_dir, RUNTIME)
         self.converted_dir = conv_dir
-        self.manifest = validate_converted_dir(conv_dir, source_dir, runtime=RUNTIME)
-        self.config = read_model_config(os.path.join(conv_dir, "cosyvoice.yaml"))
-        self._load_serving_tables(conv_dir, RUNTIME)
+        self.manifest = manifest
 
-        self.sessions: dict[str, ort.InferenceSession] = {}
-        for stage, stem in STAGES.items():
-            path = os.path.join(conv_dir, stem + EXT)
-            try:
-                self.sessions[stage] = ort.InferenceSession(
-                    path, session_options(**options, stem=stem),
-                    providers=["CPUExecutionProvider"])
-            except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph types
-                raise ConvertedModelError(f"onnxruntime cannot load {path} ({e}); re-run "
-                                          "`cosyvino convert --format onnx`", path) from e
-        llm = self.sessions["llm"]
-        self._past = [i.name for i in llm.get_inputs() if i.name.startswith("past_key_values.")]
-        self._present = [o.name for o in llm.get_outputs() if o.name.startswith("present.")]
-        m = self.manifest["llm"]
-        self._empty_cache = (1, m["heads"], 0, m["head_dim"])
-        if len(self._past) != 2 * m["layers"] or len(self._present) != len(self._past):
-            path = os.path.join(conv_dir, STAGES["llm"] + EXT)
-            raise ConvertedModelError(f"{path} has {len(self._past)} cache inputs, the manifest "
-                                      f"records {m['layers']} layers; re-run `cosyvino convert "
-                                      "--format onnx`", path)
-        log.info("onnxruntime %s: loaded %s (io_binding=%s)", ort.__version__, conv_dir,
-                 io_binding)
+    @property
+    def sessions(self) -> dict[str, ort.InferenceSession]:
+        """graph name -> ``ort.InferenceSession``."""
+        return self.runner.sessions
 
-    def _run(self, stage: str, **feeds: np.ndarray) -> list[np.ndarray]:
-        return self.sessions[stage].run(None, feeds)
+    def new_llm_session(self) -> ORTLLMSession:
+        return ORTLLMSession(self.runner.new_session("llm"))
 
-    # ---- LLM -------------------------------------------------------------------------------
-    def encode_text(self, text_token):
-        return self._run("text_encoder", text_token=np.asarray(text_token, np.int64))[0]
 
-    def new_llm_session(self):
-        return ORTLLMSession(self.sessions["llm"], self._past, self._present, self._empty_cache,
-                             self._io_binding)
+def load_stages(model_dir: str, **options) -> Stages:
+    """The model in ``model_dir`` (an ONNX converted dir, or an official dir with one in
+    ``onnx/``) on ONNX Runtime: the stages of its family (manifest ``family``) over an
+    :class:`ORTGraphRunner`; v1 gets :class:`ORTStages`.
 
-    # ---- flow ------------------------------------------------------------------------------
-    def flow_encode(self, tokens, embedding):
-        h, spks = self._run("flow_encoder", token=np.asarray(tokens, np.int64),
-                            embedding=np.asarray(embedding, np.float32))
-        return h, spks
-
-    def length_regulate(self, h, interp):
-        return self._run("length_regulator", h=np.asarray(h, np.float32),
-                         interp=np.asarray(interp, np.float32))[0]
-
-    def estimate(self, x, mask, mu, t, spks, cond):
-        feeds = {k: np.asarray(v, np.float32) for k, v in
-                 (("x", x), ("mask", mask), ("mu", mu), ("t", t), ("spks", spks),
-                  ("cond", cond))}
-        return self._run("estimator", **feeds)[0]
-
-    # ---- vocoder ---------------------------------------------------------------------------
-    def vocoder_f0(self, mel):
-        return self._run("hift_f0", mel=np.asarray(mel, np.float32))[0]
-
-    def vocoder_source(self, f0, phase, noise):
-        return self._run("hift_source", f0=np.asarray(f0, np.float32),
-                         phase=np.asarray(phase, np.float32),
-                         noise=np.asarray(noise, np.float32))[0]
-
-    def vocoder_decode(self, mel, source):
-        return self._run("hift_decode", mel=np.asarray(mel, np.float32),
-                         source=np.asarray(source, np.float32))[0]
+    Raises:
+        BackendError: unknown option or bad option value (before any file is read).
+        ConvertedModelError: no converted dir, a stale or damaged one (manifest, file hashes,
+            source changed), or a graph file ORT cannot load.
+        ModelDirError / ConfigError: the family or its config cannot be read.
+    """
+    session_opts, io_binding = _check_options(options)
+    conv_dir, source_dir = find_converted_dir(model_dir, RUNTIME)
+    manifest = validate_converted_dir(conv_dir, source_dir, runtime=RUNTIME)
+    family = detect_family(conv_dir)
+    config = family.read_config(conv_dir)
+    runner = ORTGraphRunner(conv_dir, family.graphs(config), config, io_binding=io_binding,
+                            **session_opts)
+    if family.name == "cosyvoice1":
+        stages = ORTStages(runner, conv_dir, manifest)
+    else:
+        stages = family.stages_from_runner(runner, conv_dir)
+    log.info("onnxruntime %s: loaded %s (%s, io_binding=%s)", ort.__version__, conv_dir,
+             family.name, io_binding)
+    return stages

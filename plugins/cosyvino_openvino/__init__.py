@@ -43,7 +43,9 @@ import os
 
 import cosyvino
 from cosyvino.backends.base import Backend, Capabilities, Stages
-from cosyvino.errors import BackendError
+from cosyvino.errors import BackendError, ConvertedModelError
+
+from . import inventory as _inventory
 
 #: end-to-end synthesis speed relative to torch fp32 on the same CPU and threads, measured side
 #: by side on the synthetic 300M (docs/performance.md): f32 1.28x, bf16 compute 1.83x, INT8-weight
@@ -59,6 +61,14 @@ OPENVINO_RESIDENT_FACTOR = 1.8
 #: ~1.0 GB once compiled and warmed up (synthetic 300M; static INT8 stages keep more than their
 #: file size, docs/performance.md "INT8")
 OPENVINO_QUANTIZED_RESIDENT_FACTOR = 2.0
+#: the plan's component precision -> INFERENCE_PRECISION_HINT; int8 components run their
+#: quantized IRs whatever the hint, the rest of them in f32
+_HINT = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
+#: threads of the reference-backend candidate of ``--tune``: the 300M model's matmuls stop
+#: scaling past ~16 threads (the planner's per-stream cap)
+_REFERENCE_TUNE_THREADS = 16
+#: the vocoder IRs moved to bf16 when the plan runs the vocoder in bf16 under an f32 hint
+_VOCODER_STAGES = ("hift_f0", "hift_decode")
 
 
 class OpenVINOBackend(Backend):
@@ -66,44 +76,53 @@ class OpenVINOBackend(Backend):
 
     name = "openvino"
     description = "OpenVINO IR on CPU (run `cosyvino convert` first; no torch at serving)"
+    install_hint = "pip install 'cosyvino[openvino]'"
+    convert_format = "openvino"
+    #: what :func:`cosyvino.export.openvino.convert_model_dir` stores (its ``WEIGHTS``)
+    convert_weights = ("fp32", "fp16")
+    #: ``cosyvino bench --backends openvino:PRESET``: f32 = f32 compute and KV cache (parity,
+    #: the bare default); u8kv = f32 compute, u8 KV cache; vocbf16 = f32 with the HiFT vocoder
+    #: in bf16; served = u8kv with HiFT and the estimator's non-int8 ops in bf16 (what the
+    #: planner serves for an INT8 dir on a bf16 CPU); default = the CPU plugin's own choice
+    option_presets = {
+        "": {"precision": "f32", "kv_cache_precision": "f32"},
+        "f32": {"precision": "f32", "kv_cache_precision": "f32"},
+        "u8kv": {"precision": "f32", "kv_cache_precision": "u8"},
+        "bf16": {"precision": "bf16"},
+        "f16": {"precision": "f16"},
+        "default": {"precision": None},
+        "vocbf16": {"precision": "f32", "kv_cache_precision": "f32",
+                    "stage_precision": {"hift_f0": "bf16", "hift_decode": "bf16"}},
+        "served": {"precision": "f32", "kv_cache_precision": "u8",
+                   "stage_precision": {"hift_f0": "bf16", "hift_decode": "bf16",
+                                       "estimator": "bf16"}},
+    }
 
     @classmethod
     def is_available(cls):
         if importlib.util.find_spec("openvino") is None:
-            return False, "openvino is not installed (pip install 'cosyvino[openvino]')"
+            return False, f"openvino is not installed ({cls.install_hint})"
         return True, ""
 
+    # ---- what is on disk ------------------------------------------------------------------
     @classmethod
-    def prepare(cls, model_dir: str, out_dir: str | None = None, progress=None) -> str:
-        """Convert the checkpoint in ``model_dir`` to IRs in ``out_dir`` (default
-        ``model_dir/openvino``) with :func:`cosyvino.export.openvino.convert_model_dir` (fp32
-        weights, written atomically) and return ``out_dir``. A ``model_dir`` that already is a
-        converted dir (``manifest.json`` inside) is returned as it is. Needs torch and openvino.
+    def inventory(cls, model_dir: str | None) -> dict:
+        """The converted IR dirs of ``model_dir`` (``openvino/``, the ``openvino-<preset>/``
+        dirs of ``cosyvino quantize``, or ``model_dir`` itself), found by manifest: see
+        :func:`.inventory.scan` for the keys. Imports no openvino."""
+        return _inventory.scan(model_dir)
 
-        Raises:
-            ModelDirError / ConfigError / CheckpointError: bad source dir.
-            BackendError: torch or openvino is not installed.
-        """
-        if os.path.isfile(os.path.join(model_dir, "manifest.json")):
-            return model_dir
-        for pkg, extra in (("openvino", "openvino"), ("torch", "torch")):
-            if importlib.util.find_spec(pkg) is None:
-                raise BackendError(f"converting to OpenVINO IR needs {pkg} "
-                                   f"(pip install 'cosyvino[{extra}]')")
-        from cosyvino.export.openvino import convert_model_dir
-
-        return convert_model_dir(model_dir, out_dir, progress=progress)
+    @classmethod
+    def device_info(cls) -> dict:
+        """OpenVINO's FULL_DEVICE_NAME and OPTIMIZATION_CAPABILITIES of the CPU (imports
+        openvino when installed): :func:`.inventory.device_view`."""
+        return _inventory.device_view()
 
     @classmethod
     def capabilities(cls, model_dir: str | None, probe=None) -> Capabilities:
-        """Ready when converted IRs are found (``openvino/``, the ``openvino-<preset>/`` dirs
-        of ``cosyvino quantize``, or ``model_dir`` itself; by manifest, see
-        :func:`cosyvino.planner.inventory.model_inventory`); a quantized dir is served when
-        present. Imports no openvino."""
-        from cosyvino.planner.inventory import inventory_for
-
-        inv = inventory_for(model_dir, probe)
-        ov = inv.get("openvino", {})
+        """Ready when converted IRs are found (:meth:`inventory`); a quantized dir is served
+        when present. Imports no openvino."""
+        ov = cls.inventory_of(model_dir, probe)
         where = model_dir or "the model dir"
         precisions = ["fp32"]
         if probe is not None and probe.bf16:
@@ -123,7 +142,7 @@ class OpenVINOBackend(Backend):
             what = f"quantized IRs in {qdir} (`cosyvino quantize`)"
         else:
             speed = SPEED_BF16 if "bf16" in precisions else SPEED_F32
-            load_dir = (model_dir if dirs[0] in ("openvino", ".")
+            load_dir = (model_dir if dirs[0] in _inventory.PLAIN_DIRS
                         else os.path.join(model_dir or "", dirs[0]))
             what = f"IRs found in {where}/{'|'.join(dirs)}"
         factor, served_bytes = OPENVINO_RESIDENT_FACTOR, ov.get("bytes")
@@ -134,7 +153,133 @@ class OpenVINOBackend(Backend):
             ready=True, reason=what, load_dir=load_dir, relative_speed=speed,
             resident_bytes=resident,
             resident_basis=f"OpenVINO IR .bin files of the served dir x {factor} once compiled",
+            weight_precisions=_inventory.served_precisions(ov, load_dir or model_dir),
             **common)
+
+    # ---- planning -------------------------------------------------------------------------
+    @classmethod
+    def plan_options(cls, decisions: dict) -> dict:
+        """The plan's decisions in this backend's option names (module docstring):
+        ``num_threads``, ``num_streams``, ``performance_hint`` (LATENCY / THROUGHPUT from the
+        goal), ``cpu_pinning``, ``precision`` (the LLM's compute precision as a hint), with an
+        f32 hint ``kv_cache_precision`` (``u8`` when the plan decided a u8 KV cache, else
+        ``f32`` for reference parity: OpenVINO would pick u8 on recent CPUs) and, when the
+        vocoder runs in bf16, ``stage_precision`` for the HiFT IRs (and the estimator with
+        bf16 activations); ``properties`` keep inference off SMT siblings and E-cores."""
+        prec = decisions["precision"]
+        compute = _HINT[prec["llm"]]
+        opts = dict(decisions["capabilities"].options)
+        opts.update(num_threads=decisions["threads"], num_streams=decisions["streams"],
+                    performance_hint="LATENCY" if decisions["goal"] == "latency"
+                    else "THROUGHPUT",
+                    cpu_pinning=decisions["pinning"], precision=compute)
+        if compute == "f32":
+            opts["kv_cache_precision"] = "u8" if prec.get("kv_cache") == "u8" else "f32"
+        if compute == "f32" and prec.get("vocoder") == "bf16":
+            opts["stage_precision"] = {s: "bf16" for s in _VOCODER_STAGES}
+            if prec.get("estimator_activations") == "bf16":
+                opts["stage_precision"]["estimator"] = "bf16"
+        props = {}
+        if decisions["smt"]:
+            props["ENABLE_HYPER_THREADING"] = False
+        if decisions["hybrid"]:
+            props["SCHEDULING_CORE_TYPE"] = "PCORE_ONLY"
+        if props:
+            opts["properties"] = props
+        return opts
+
+    @classmethod
+    def tuning_candidates(cls, plan, probe) -> list[dict]:
+        """Pinning off (when the plan pins), bf16 compute (on a bf16-capable CPU) and the
+        reference backend (when usable), each measured against the plan."""
+        out = []
+        if plan.pinning:
+            out.append({"label": "pinning=off", "backend": cls.name,
+                        "options": dict(plan.backend_options, cpu_pinning=False),
+                        "streams": plan.streams, "pinning": False})
+        if probe.bf16:
+            opts = dict(plan.backend_options, precision="bf16")
+            opts.pop("kv_cache_precision", None)
+            out.append({"label": "precision=bf16", "backend": cls.name, "options": opts,
+                        "streams": plan.streams, "bf16": True})
+        from cosyvino.plugins import backend_classes
+
+        usable = {n for n, b in (probe.backends or {}).items() if b.get("available")}
+        refs = sorted(n for n, c in backend_classes().items()
+                      if getattr(c, "reference", False) and n in usable and n != cls.name)
+        if refs:
+            n = min(plan.total_threads, _REFERENCE_TUNE_THREADS)
+            out.append({"label": f"{refs[0]} threads={n}", "backend": refs[0],
+                        "options": {"num_threads": n}, "streams": 1})
+        return out
+
+    # ---- conversion -----------------------------------------------------------------------
+    @classmethod
+    def prepared_dir(cls, model_dir: str) -> str | None:
+        """``model_dir`` when it is an OpenVINO converted dir, else its ``openvino/`` when that
+        holds one (what :meth:`load` serves), else None. Reads only the manifest."""
+        from cosyvino.converted import find_converted_dir, read_manifest
+
+        try:
+            conv_dir, _ = find_converted_dir(model_dir, cls.name)
+            read_manifest(conv_dir, cls.name)
+        except ConvertedModelError:
+            return None
+        return conv_dir
+
+    @classmethod
+    def conversion_status(cls, model_dir: str, out_dir: str | None = None, *,
+                          weights: str = "fp32"):
+        """:func:`cosyvino.converted.conversion_status` of ``out_dir`` (default
+        ``model_dir/openvino``) against what a fresh conversion writes here: ``weights``, this
+        cosyvino's version and, when the exporter can run here, the installed openvino version
+        (``openvino_version``) and the exporter's LLM layout (``llm.pos_bucket``,
+        ``llm.query_pos_projection``: a dir from an older exporter is rewritten). Imports
+        openvino and torch when both are installed."""
+        from cosyvino import __version__
+        from cosyvino.converted import conversion_status
+
+        expected: dict = {"weights": weights, "cosyvino_version": __version__}
+        if importlib.util.find_spec("openvino") is not None:
+            import openvino
+
+            expected["openvino_version"] = openvino.get_version()
+            if importlib.util.find_spec("torch") is not None:
+                try:
+                    from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
+                except ImportError:
+                    pass  # the exporter cannot run here: convert() says why
+                else:
+                    expected["llm"] = dict(LLM_LAYOUT)
+        return conversion_status(model_dir, out_dir, cls.name, expected)
+
+    @classmethod
+    def convert(cls, model_dir: str, out_dir: str | None = None, progress=None, *,
+                weights: str = "fp32") -> str:
+        """Convert the checkpoint in ``model_dir`` to IRs in ``out_dir`` (default
+        ``model_dir/openvino``) with :func:`cosyvino.export.openvino.convert_model_dir`
+        (``weights`` fp32 or fp16, written atomically) and return ``out_dir``. Needs torch and
+        openvino.
+
+        Raises:
+            ModelDirError / ConfigError / CheckpointError: bad source dir.
+            BackendError: torch or openvino is not installed.
+            ValueError: other ``weights``.
+        """
+        if weights not in cls.convert_weights:
+            raise ValueError(f"weights must be one of {cls.convert_weights}, got {weights!r}")
+        for pkg, extra in (("openvino", "openvino"), ("torch", "torch")):
+            if importlib.util.find_spec(pkg) is None:
+                raise BackendError(f"converting to OpenVINO IR needs {pkg} "
+                                   f"(pip install 'cosyvino[{extra}]')")
+        from cosyvino.export.openvino import convert_model_dir
+
+        return convert_model_dir(model_dir, out_dir, weights=weights, progress=progress)
+
+    @classmethod
+    def conversion_summary(cls, manifest: dict) -> tuple[str, dict]:
+        version = manifest.get("openvino_version", "unknown")
+        return f"OpenVINO {version}", {"openvino": version}
 
     @classmethod
     def load(cls, model_dir: str, **options) -> Stages:

@@ -1,29 +1,23 @@
 """Keep the OpenVINO CPU backend's resident memory to one copy of the weights and one stage's
 intermediate buffers. Must not import torch.
 
-Two measured causes of the backend's peak RSS (synthetic 300M, fp32 IRs, measured with
-``benchmarks/ov_memory.py``):
+What holds memory and how each helper frees it (the measurements are in docs/performance.md,
+"Measurements behind code constants"; ``benchmarks/ov_memory.py`` reproduces them):
 
-* The CPU plugin repacks FullyConnected / Convolution weights into its own (anonymous) buffers,
-  at compile time or lazily at the first inference, but the IR ``.bin`` (or cached blob) stays
-  memory-mapped and the pages it read while repacking stay counted in RSS: about 1.7 GB of
-  file-backed pages next to 1.5 GB of repacked copies. :func:`release_weight_pages` tells the
-  kernel (``madvise(MADV_DONTNEED)``) those pages are not needed; a page the plugin still reads
-  directly (embedding tables used by Gather) is faulted back in from the page cache on its next
-  access, so this never changes results, only residency.
-* The estimator's 3-D linears are exported as ``MatMul(x, Broadcast(W, [B, K, N]))`` (the torch
-  model spells them ``bmm`` with an expanded weight, see ``cosyvino/models/torch/estimator.py``).
-  The plugin constant-folds the Broadcast, so every weight exists ``B`` (= 2 for CFG) times
-  (about 0.8 GB more after the first call). :func:`fold_weight_broadcasts` feeds the constant
-  straight to the MatMul, whose numpy-style batch broadcasting gives the same product.
+* the CPU plugin repacks weights into its own buffers while the IR ``.bin`` stays mapped, so
+  the pages read while repacking stay counted in RSS: :func:`release_weight_pages` drops them
+  (``madvise(MADV_DONTNEED)``; a page still read directly is faulted back from the page cache,
+  so results never change, only residency);
+* a constant ``Broadcast`` in front of a MatMul is folded into ``B`` weight copies:
+  :func:`fold_weight_broadcasts` feeds the constant straight to the MatMul (same product by
+  numpy-style batch broadcasting), for IRs exported before the estimator linears were 2-D;
+* every compiled model keeps the activation buffers of the largest shapes it ran:
+  :class:`IntermediateReleaser` frees them at quiet stage transitions.
 
-And for the INT8 dir (synthetic 300M, 2 threads, two 250-token utterances): every compiled
-model keeps the activation buffers of the largest shapes it ran until it is released —
-:class:`IntermediateReleaser` frees them at stage transitions. (Two more causes are handled
-outside this module: a kernel + buffers kept per distinct MatMul shape, which grew the LLM by
-~0.8 MB per decoded token until its position table length was bucketed at export —
-``cosyvino.export.openvino.model_patcher.POS_BUCKET`` — and the vocoder's buffers growing with
-the mel length, bounded by fixed-size decode windows, ``cosyvino.families.cosyvoice1.pipeline.vocoder_chunks``.)
+(Handled elsewhere: a kernel + buffers kept per distinct MatMul shape, bounded by the LLM's
+bucketed position table — ``cosyvino.export.openvino.model_patcher.POS_BUCKET`` — and the
+vocoder's buffers growing with the mel length, bounded by decode windows,
+``cosyvino.families.cosyvoice1.pipeline.vocoder_chunks``.)
 """
 
 from __future__ import annotations
@@ -170,8 +164,7 @@ class IntermediateReleaser:
     passes :func:`release_weight_pages` for its weight files there: the plugin reads some
     weights straight from the mapped IR / blob at every call (embedding tables, the text
     encoder's and the fp16 vocoder's constants), and without this those pages stay resident
-    next to the stage that peaks (measured: ~50 MB of mapped weight pages resident during the
-    vocoder's decode). A stage re-faults its own pages from the page cache when it next runs.
+    next to the stage that peaks (the vocoder's decode, docs/performance.md). A stage re-faults its own pages from the page cache when it next runs.
 
     Releases happen only at quiet transitions (the starting call is the only one in flight), so
     under concurrent requests stages are not released under each other's feet nor re-allocated

@@ -4,9 +4,8 @@ Must not import torch.
 HiFT's resblocks apply the Snake activation ``x + sin(alpha x)^2 / alpha`` (upstream
 ``cosyvoice/transformer/activation.py``) 44 times per decode. The OpenVINO CPU plugin (2026.4)
 has only a reference kernel for ``Sin``, in f32: in a bf16 vocoder every Snake costs a scalar
-``sin`` pass plus two reorders between bf16 and f32. Measured (synthetic 300M ``hift_decode``,
-one 256-frame window, 2 threads, ``PERF_COUNT``): ``Sin`` 21 % and the reorders 24 % of the bf16
-decode. :func:`polynomial_sin_squares` replaces every ``Power(Sin(y), 2)`` with a polynomial the
+``sin`` pass plus two reorders between bf16 and f32, a large share of the bf16 decode
+(docs/performance.md, "Measurements behind code constants"). :func:`polynomial_sin_squares` replaces every ``Power(Sin(y), 2)`` with a polynomial the
 plugin runs in its jit eltwise kernels:
 
 * range reduction: ``sin^2`` has period pi, so ``r = y - k*pi`` with ``k = round(y / pi)``,
@@ -15,10 +14,9 @@ plugin runs in its jit eltwise kernels:
 * ``sin(r)`` by its Taylor series to ``r^11`` (truncation error below 6e-8 on ``|r| <= pi/2``),
   then squared.
 
-Max abs error vs ``sin(y)^2`` in float32: 1.8e-6 for ``|y| <= 60`` (tested). Step-interleaved
-A/B, bf16: 0.67-0.74x the decode time at the same SNR against the f32 decode (46.0 dB both). Not used
-for f32 stages: there the plugin does not fuse the polynomial's ops and the decode was 4 %
-slower.
+Max abs error vs ``sin(y)^2`` in float32: 1.8e-6 for ``|y| <= 60`` (tested). Faster in bf16
+at the same SNR; not used for f32 stages, where the plugin does not fuse the polynomial's ops
+(same page).
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ import threading
 import numpy as np
 import openvino as ov
 
-from cosyvino.backends.base import LLMSession, Stages
+from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages, LLMSession
 from cosyvino.backends.tables import ServingTablesMixin
-from cosyvino.converted import STAGES, find_converted_dir, validate_converted_dir
+from cosyvino.converted import find_converted_dir, validate_converted_dir
+from cosyvino.families.cosyvoice1.graphs import GRAPH_NAMES, graph_table
 from cosyvino.errors import BackendError
 from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
@@ -36,9 +37,8 @@ _REPORTED = ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "PERFORMANCE_HINT
              "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING",
              "EXECUTION_MODE_HINT", "DYNAMIC_QUANTIZATION_GROUP_SIZE")
 #: LLM activations are quantized on the fly in groups of this many channels for its INT8/INT4
-#: weight-compressed MatMuls (no effect on fp32 weights). Interleaved A/B on the synthetic
-#: 300M int8 LLM, 2 threads, 150 decode steps: 32 (the plugin default) 20.4 ms/token, 128
-#: 18.4, 256 18.5 (medians of 3 rounds); logits differ from fp32 no more than with 32.
+#: weight-compressed MatMuls (no effect on fp32 weights): faster per token than the plugin's
+#: default 32 at the same logits (docs/performance.md, "Measurements behind code constants").
 LLM_DYNAMIC_QUANTIZATION_GROUP_SIZE = 128
 
 
@@ -89,15 +89,14 @@ def compile_properties(*, num_threads=None, precision="f32", kv_cache_precision=
 def stage_properties(props: dict, stage_precision: dict | None) -> dict[str, dict]:
     """Per-stage copies of ``props`` with ``stage_precision`` (stage -> "f32" | "bf16" |
     "f16") as that stage's INFERENCE_PRECISION_HINT. A stage moved off f32 gets no CACHE_DIR
-    (the bf16-from-blob segfault of :func:`compile_properties`). Measured use (int8 dir,
-    synthetic 300M): HiFT in bf16 runs ~2x faster than f32 at 46.5 dB vocoder SNR against
-    fp32, while an int8-weight LLM is slower in bf16 than in f32. Raises BackendError for an
-    unknown stage name or precision."""
-    per = {stage: dict(props) for stage in STAGES}
+    (the bf16-from-blob segfault of :func:`compile_properties`). Used for the vocoder of an
+    INT8 dir, where bf16 pays and the int8-weight LLM's f32 does (docs/quantization.md).
+    Raises BackendError for an unknown stage name or precision."""
+    per = {stage: dict(props) for stage in GRAPH_NAMES}
     for stage, prec in (stage_precision or {}).items():
-        if stage not in STAGES:
+        if stage not in GRAPH_NAMES:
             raise BackendError(f"stage_precision: unknown stage {stage!r}; known: "
-                               f"{', '.join(STAGES)}")
+                               f"{', '.join(GRAPH_NAMES)}")
         if prec not in _PRECISIONS:
             raise BackendError(f"stage_precision[{stage!r}] must be one of "
                                f"{sorted(_PRECISIONS)}, got {prec!r}")
@@ -212,7 +211,7 @@ class OpenVINOLLMSession(LLMSession):
         return int(states[0].state.shape[2]) if states else 0
 
 
-class OpenVINOStages(ServingTablesMixin, Stages):
+class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
     # Every stage call takes its own InferRequest from a pool and every LLM session owns one,
     # so concurrent calls from several threads are safe.
     thread_safe = True
@@ -240,7 +239,7 @@ class OpenVINOStages(ServingTablesMixin, Stages):
         self._intermediates = IntermediateReleaser(
             release_intermediates, on_release=self._pages.release if release else None)
         compiled = {}
-        for stage, stem in STAGES.items():
+        for stage, stem in graph_table(self.config).stems.items():
             cfg = dict(per_stage[stage], **llm_props) if stage == "llm" else per_stage[stage]
             compiled[stage] = self._compile(os.path.join(conv_dir, stem + ".xml"), cfg)
             self.compile_info[stage] = self._read_back(compiled[stage])

@@ -8,10 +8,18 @@ model code are imported only when the backend is loaded.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import cosyvino
 from cosyvino.backends.base import Backend, Capabilities, Stages
 from cosyvino.errors import BackendError
+
+#: checkpoint files this backend loads (with ``cosyvoice.yaml``)
+TORCH_FILES = ("llm.pt", "flow.pt", "hift.pt")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 class TorchBackend(Backend):
@@ -19,29 +27,49 @@ class TorchBackend(Backend):
 
     name = "torch"
     description = "PyTorch eager fp32 (reference implementation)"
+    install_hint = "pip install 'cosyvino[torch]'"
+    reference = True
 
     @classmethod
     def is_available(cls):
         if importlib.util.find_spec("torch") is None:
-            return False, "torch is not installed (pip install 'cosyvino[torch]')"
+            return False, f"torch is not installed ({cls.install_hint})"
         return True, ""
+
+    @classmethod
+    def inventory(cls, model_dir: str | None) -> dict:
+        """{files, bytes[, summary]}: the :data:`TORCH_FILES` present in ``model_dir`` and
+        their total size."""
+        files = [f for f in TORCH_FILES
+                 if model_dir and os.path.isfile(os.path.join(model_dir, f))]
+        size = sum(os.path.getsize(os.path.join(model_dir, f)) for f in files)
+        out = {"files": files, "bytes": size}
+        if size:
+            out["summary"] = f"torch {_size(size)}"
+        return out
 
     @classmethod
     def capabilities(cls, model_dir: str | None, probe=None) -> Capabilities:
         """Ready when ``model_dir`` holds ``cosyvoice.yaml`` and the three ``.pt`` files; the
         speed reference (1.0); resident memory ~ the ``.pt`` sizes (fp32 weights, mmap'ed)."""
-        from cosyvino.planner.inventory import TORCH_FILES, inventory_for
-
-        inv = inventory_for(model_dir, probe)
-        present = inv.get("torch_files")
-        if present is None:  # an inventory from before torch_files was recorded
-            present = list(TORCH_FILES) if inv.get("torch_bytes") else []
+        inv = cls.inventory_of(model_dir, probe)
+        model = getattr(probe, "model", None) or {}
+        described = bool(model) and model.get("dir", "") == (model_dir or "")
+        if not inv and described:
+            # inventories recorded before per-backend sections kept these at the top level
+            inv = {"files": model.get("torch_files"), "bytes": model.get("torch_bytes", 0)}
+        present = inv.get("files")
+        if present is None:  # an inventory from before the file list was recorded
+            present = list(TORCH_FILES) if inv.get("bytes") else []
         missing = [f for f in TORCH_FILES if f not in present]
-        if not inv.get("exists"):
+        has_config = (model.get("exists") if described else
+                      bool(model_dir) and os.path.isfile(os.path.join(model_dir,
+                                                                      "cosyvoice.yaml")))
+        if not has_config:
             missing.insert(0, "cosyvoice.yaml")
         where = model_dir or "the model dir"
         common = dict(relative_speed=1.0, thread_safe=True, precisions=("fp32",),
-                      resident_bytes=inv.get("torch_bytes") or None,
+                      resident_bytes=inv.get("bytes") or None,
                       resident_basis="llm.pt + flow.pt + hift.pt")
         if missing:
             return Capabilities(ready=False, reason=f"no {', '.join(missing)} in {where} (an "
@@ -57,13 +85,13 @@ class TorchBackend(Backend):
             raise BackendError(why)
         import torch
 
-        from .stages import TorchStages
+        from .stages import load_stages
 
         if num_threads is not None:
             if num_threads < 1:
                 raise BackendError(f"num_threads must be >= 1, got {num_threads}")
             torch.set_num_threads(int(num_threads))
-        return TorchStages(model_dir)
+        return load_stages(model_dir)
 
 
 @cosyvino.hookimpl

@@ -1,16 +1,28 @@
-"""PyTorch eager implementation of :class:`cosyvino.backends.Stages` (fp32, CPU).
+"""PyTorch eager serving (fp32, CPU) of an official-layout model dir, for any model family.
 
-Runs our modules from :mod:`cosyvino.families.cosyvoice1.torch` on numpy inputs (zero-copy
-``torch.from_numpy``) under ``torch.inference_mode``. Threads: ``num_threads`` sets
-``torch.set_num_threads`` (process-wide in PyTorch).
+CosyVoice v1 gets :class:`TorchStages`, its stage calls written out on our modules from
+:mod:`cosyvino.families.cosyvoice1.torch` (the LLM in two numerically equal formulations, one
+per prefill and one per decode step, each much faster for its own shape than the exported
+graph's). Any other family gets :class:`TorchGraphRunner`: each graph of the family's table is
+its ``torch_module`` on the family's PyTorch model, and the family builds its stages over the
+runner (:meth:`cosyvino.families.base.ModelFamily.stages_from_runner`). :func:`load_stages`
+dispatches on the detected family. Both run on numpy inputs (zero-copy ``torch.from_numpy``)
+under ``torch.inference_mode``. Threads: ``num_threads`` sets ``torch.set_num_threads``
+(process-wide in PyTorch).
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
 
-from cosyvino.backends.base import LLMSession, Stages
+from cosyvino.backends.base import Stages
+from cosyvino.backends.graphs import GraphRunner
+from cosyvino.errors import BackendError
+from cosyvino.families import detect_family
+from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages, LLMSession
 from cosyvino.families.cosyvoice1.torch.length_regulator import LengthRegulatorStage
 from cosyvino.families.cosyvoice1.torch.llm import (
     LLMStepStage,
@@ -53,7 +65,7 @@ class TorchLLMSession(LLMSession):
         return _np(logp)[0]
 
 
-class TorchStages(Stages):
+class TorchStages(CosyVoice1Stages):
     # Modules are only read in forward (no caches mutated); the KV cache lives in each
     # TorchLLMSession, so concurrent calls from several threads are safe.
     thread_safe = True
@@ -122,3 +134,73 @@ class TorchStages(Stages):
     def vocoder_decode(self, mel, source):
         with torch.inference_mode():
             return _np(self._decode(_t(mel), _t(source)))
+
+
+class TorchGraphRunner(GraphRunner):
+    """The graphs of a family's table run as their ``torch_module`` s on the family's PyTorch
+    model (:meth:`~cosyvino.families.base.ModelFamily.load_torch_model` of ``model_dir``).
+
+    Stateful graphs get the default :class:`cosyvino.backends.graphs.ExplicitStateSession`:
+    the state tensors go in and out of the module like the data (the module's ``forward``
+    takes every input of the spec, state included, and returns every output).
+
+    Raises (at construction): ModelDirError / ConfigError / CheckpointError from the family's
+    config and model loading.
+    """
+
+    # modules are only read in forward (eval mode, no caches mutated); each session holds its
+    # own state, so concurrent calls from several threads are safe
+    thread_safe = True
+
+    def __init__(self, family, model_dir: str):
+        self.family = family
+        self.config = family.read_config(model_dir)
+        self.table = family.graphs(self.config)
+        self.model = family.load_torch_model(model_dir)
+        self.modules = {}
+        for name, spec in self.table.items():
+            if spec.torch_module is not None:
+                self.modules[name] = spec.torch_module(self.model).eval()
+
+    def run(self, graph: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``inputs`` in the spec's input order (converted to its dtypes) -> the module's
+        outputs as numpy arrays, in the spec's output order.
+
+        Raises: BackendError (unknown graph, a graph without a torch module, wrong input
+        count, the module failed or returned another number of outputs)."""
+        spec = self.table.get(graph)
+        if spec is None:
+            raise BackendError(f"torch: no graph {graph!r}; this model has "
+                               f"{', '.join(self.table)}")
+        module = self.modules.get(graph)
+        if module is None:
+            raise BackendError(f"torch: graph {graph!r} of family {self.family.name!r} has no "
+                               "torch module")
+        if len(inputs) != len(spec.inputs):
+            raise BackendError(f"graph {graph!r} takes {len(spec.inputs)} inputs, got "
+                               f"{len(inputs)}")
+        args = [_t(np.asarray(a, t.dtype)) for t, a in zip(spec.inputs, inputs)]
+        try:
+            with torch.inference_mode():
+                out = module(*args)
+        except Exception as e:  # shape errors surface as RuntimeError / IndexError
+            raise BackendError(f"torch: graph {graph!r} failed: {e}") from e
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(spec.outputs):
+            raise BackendError(f"torch: graph {graph!r} returned {len(outs)} outputs, its "
+                               f"spec has {len(spec.outputs)}")
+        # outputs in the spec's dtypes: a module computing in another precision still
+        # returns what the table promises
+        return [np.ascontiguousarray(_np(o), t.dtype) for o, t in zip(outs, spec.outputs)]
+
+
+def load_stages(model_dir: str) -> Stages:
+    """The model in the official-layout dir ``model_dir`` on PyTorch: :class:`TorchStages`
+    for CosyVoice v1, else the family's stages over a :class:`TorchGraphRunner`.
+
+    Raises: ModelDirError (missing dir, no family recognizes it) / ConfigError /
+    CheckpointError."""
+    family = detect_family(model_dir)
+    if family.name == "cosyvoice1":
+        return TorchStages(model_dir)
+    return family.stages_from_runner(TorchGraphRunner(family, model_dir), model_dir)

@@ -1,9 +1,15 @@
-"""Convert an official-layout CosyVoice v1 model dir to OpenVINO IRs (imports torch, openvino).
+"""Convert an official-layout model dir to OpenVINO IRs (imports torch, openvino).
 
-:func:`convert_model_dir` drives ``openvino.convert_model`` once per stage of our PyTorch
-implementation (TorchScript tracing with example inputs; sequence dims set dynamic afterwards),
-makes the LLM stateful (:mod:`.stateful`) and saves the IRs with fp32 or fp16 weights; the small
-tables as numpy files and the manifest (:mod:`cosyvino.converted`) are written by
+:func:`convert_model_dir` drives ``openvino.convert_model`` once per graph of the model
+family's graph table (:class:`cosyvino.families.GraphTable`, v1:
+:mod:`cosyvino.families.cosyvoice1.graphs`): the entry's ``torch_module`` traced on its
+``example_inputs()`` (TorchScript tracing), then the entry's input/output names and partial
+shapes (dynamic dims -1) set on the IR, saved as ``<stem>.xml`` / ``.bin`` with fp32 or fp16
+weights. OpenVINO-specific, on top of the table: the LLM step is traced as
+:class:`.model_patcher.LLMCacheStep` with SDPA attention (:func:`.model_patcher.sdpa_attention`)
+and made stateful from the entry's state specs (:mod:`.stateful`); the estimator's linears are
+traced as plain MatMuls (:mod:`cosyvino.export.estimator_linears`). The small tables as numpy
+files and the manifest (:mod:`cosyvino.converted`) are written by
 :func:`cosyvino.export.common.convert_atomically`, which also makes the output appear
 atomically: everything is written to a temp dir next to it and renamed at the end.
 """
@@ -18,29 +24,40 @@ import openvino as ov
 import torch
 
 from ... import __version__
-from ...converted import DEFAULT_SUBDIR, FORMAT, STAGES, file_record
-from cosyvino.families.cosyvoice1.torch.flow_encoder import FlowEncoderStage
-from cosyvino.families.cosyvoice1.torch.length_regulator import LengthRegulatorStage
-from cosyvino.families.cosyvoice1.torch.llm import TextEncoderStage
+from ...converted import DEFAULT_SUBDIR, FORMAT, file_record
+from ...families import GraphSpec, GraphTable
 from cosyvino.families.cosyvoice1.torch.loading import TorchModel
-from ..common import Progress, convert_atomically, llm_cache_layout
+from ..common import Progress, convert_atomically, model_graphs
 from ..estimator_linears import plain_estimator_linears
 from .model_patcher import LLM_LAYOUT, LLMCacheStep, sdpa_attention
 from .stateful import make_llm_stateful
 
 WEIGHTS = ("fp32", "fp16")
+#: the table entry traced as the OpenVINO LLM step (:func:`convert_llm`) instead of its own
+#: ``torch_module``: the SDPA patch and the stateful transform are written for this graph
+LLM_GRAPH = "llm"
 
 
-def _dyn(model: ov.Model, shapes: dict[int, list[int]], out_names: list[str] | None = None,
-         in_names: list[str] | None = None) -> ov.Model:
-    """Name inputs/outputs and set partial shapes (-1 = dynamic) by input index."""
-    if in_names:
-        for port, name in zip(model.inputs, in_names):
-            port.get_tensor().set_names({name})
-    if out_names:
-        for port, name in zip(model.outputs, out_names):
-            port.get_tensor().set_names({name})
-    model.reshape({model.inputs[i]: ov.PartialShape(s) for i, s in shapes.items()})
+def name_and_shape(model: ov.Model, spec: GraphSpec) -> ov.Model:
+    """Name the IR's inputs/outputs as ``spec``'s tensors (in order) and set their partial
+    shapes (dynamic dims -1, :attr:`cosyvino.families.TensorSpec.partial_shape`); in place.
+
+    Raises ValueError: the traced IR has another number of inputs/outputs, or an input of
+    another dtype, than ``spec`` (the module and the table disagree: a bug).
+    """
+    if len(model.inputs) != len(spec.inputs) or len(model.outputs) != len(spec.outputs):
+        raise ValueError(f"graph {spec.name!r}: the traced IR has {len(model.inputs)} inputs / "
+                         f"{len(model.outputs)} outputs, the table {len(spec.inputs)} / "
+                         f"{len(spec.outputs)}")
+    for port, t in zip(model.inputs, spec.inputs):
+        if port.get_element_type().to_dtype().name != t.dtype:
+            raise ValueError(f"graph {spec.name!r} input {t.name!r}: traced as "
+                             f"{port.get_element_type()}, the table says {t.dtype}")
+        port.get_tensor().set_names({t.name})
+    for port, t in zip(model.outputs, spec.outputs):
+        port.get_tensor().set_names({t.name})
+    model.reshape({port: ov.PartialShape(t.partial_shape)
+                   for port, t in zip(model.inputs, spec.inputs)})
     return model
 
 
@@ -56,72 +73,36 @@ def _convert(module: torch.nn.Module, example: tuple) -> ov.Model:
         return ov.convert_model(traced, example_input=example)
 
 
-def convert_text_encoder(m: TorchModel) -> ov.Model:
-    om = _convert(TextEncoderStage(m.llm), (torch.randint(0, 100, (1, 9)),))
-    return _dyn(om, {0: [1, -1]}, ["text_features"], ["text_token"])
+def convert_graph(m: TorchModel, spec: GraphSpec, module: torch.nn.Module | None = None
+                  ) -> ov.Model:
+    """One table entry as an IR with the entry's names and partial shapes. ``module``: what
+    to trace instead of ``spec.torch_module(m)`` (same inputs/outputs).
+
+    Raises ValueError: no module to trace, or module and table disagree (see
+    :func:`name_and_shape`)."""
+    if module is None:
+        if spec.torch_module is None:
+            raise ValueError(f"graph {spec.name!r} has no torch module to convert")
+        module = spec.torch_module(m)
+    example = tuple(torch.from_numpy(a) for a in spec.example_inputs())
+    # 2-D constant estimator weights: no Broadcast copy, INT8-able (no-op for other graphs)
+    with plain_estimator_linears():
+        om = _convert(module, example)
+    return name_and_shape(om, spec)
 
 
 def convert_llm(m: TorchModel, *, stateful: bool = True, query_side_pos: bool = True
                 ) -> ov.Model:
-    """The KV-cached LLM step; stateful (``inputs_embeds``, ``beam_idx`` -> ``logp``) or with
-    explicit ``past_key_values.{i}.key|value`` / ``present.{i}.key|value``."""
-    layers, heads, dk, d = llm_cache_layout(m)
+    """The table's :data:`LLM_GRAPH` entry as the OpenVINO LLM step: stateful (its data
+    inputs + ``beam_idx`` -> its data outputs; the entry's states in OpenVINO state) or with
+    the state as explicit inputs/outputs (the entry's own tensors)."""
+    spec = model_graphs(m)[LLM_GRAPH]
     step = LLMCacheStep(m.llm, query_side_pos=query_side_pos)
-    example = [torch.randn(1, 4, d)]
-    past, present = [], []
-    for i in range(layers):
-        for kind in ("key", "value"):
-            example.append(torch.randn(1, heads, 3, dk))
-            past.append(f"past_key_values.{i}.{kind}")
-            present.append(f"present.{i}.{kind}")
     with sdpa_attention(m.llm):
-        om = _convert(step, tuple(example))
-    shapes = {0: [1, -1, d]}
-    shapes.update({i + 1: [1, heads, -1, dk] for i in range(2 * layers)})
-    om = _dyn(om, shapes, ["logp", *present], ["inputs_embeds", *past])
+        om = convert_graph(m, spec, step)
     if stateful:
-        make_llm_stateful(om, past, present, (1, heads, 0, dk))
+        make_llm_stateful(om, spec.state)
     return om
-
-
-def convert_flow_encoder(m: TorchModel) -> ov.Model:
-    om = _convert(FlowEncoderStage(m.flow), (torch.randint(0, 100, (1, 13)),
-                                             torch.randn(1, m.config.flow.spk_embed_dim)))
-    return _dyn(om, {0: [1, -1], 1: [1, m.config.flow.spk_embed_dim]}, ["h", "spks"],
-                ["token", "embedding"])
-
-
-def convert_length_regulator(m: TorchModel) -> ov.Model:
-    c = m.config.flow.output_size
-    om = _convert(LengthRegulatorStage(m.flow.length_regulator),
-                  (torch.randn(1, 13, c), torch.rand(23, 13)))
-    return _dyn(om, {0: [1, -1, c], 1: [-1, -1]}, ["mu"], ["h", "interp"])
-
-
-def convert_estimator(m: TorchModel) -> ov.Model:
-    c = m.config.flow.output_size
-    t = 57
-    ex = (torch.randn(2, c, t), torch.ones(2, 1, t), torch.randn(2, c, t), torch.rand(2),
-          torch.randn(2, c), torch.randn(2, c, t))
-    with plain_estimator_linears():  # 2-D constant weights: no Broadcast copy, INT8-able
-        om = _convert(m.flow.decoder.estimator, ex)
-    return _dyn(om, {0: [2, c, -1], 1: [2, 1, -1], 2: [2, c, -1], 3: [2], 4: [2, c],
-                     5: [2, c, -1]}, ["velocity"], ["x", "mask", "mu", "t", "spks", "cond"])
-
-
-def convert_hift(m: TorchModel) -> dict[str, ov.Model]:
-    h = m.config.hift
-    t, hop, nh = 20, h.hop_length, h.nb_harmonics + 1
-    mel = torch.randn(1, 80, t)
-    f0_stage, src_stage, dec_stage = m.hift.f0_stage(), m.hift.source_stage(), m.hift.decode_stage()
-    f0 = _dyn(_convert(f0_stage, (mel,)), {0: [1, 80, -1]}, ["f0"], ["mel"])
-    with torch.no_grad():
-        f0_ex = f0_stage(mel)
-    src = _dyn(_convert(src_stage, (f0_ex, torch.rand(1, nh), torch.randn(1, nh, hop * t))),
-               {0: [1, -1], 1: [1, nh], 2: [1, nh, -1]}, ["source"], ["f0", "phase", "noise"])
-    dec = _dyn(_convert(dec_stage, (mel, torch.randn(1, 1, hop * t) * 0.1)),
-               {0: [1, 80, -1], 1: [1, 1, -1]}, ["wav"], ["mel", "source"])
-    return {"hift_f0": f0, "hift_source": src, "hift_decode": dec}
 
 
 def _save_ir(model: ov.Model, out_dir: str, stem: str, stage: str, weights: str) -> None:
@@ -143,22 +124,16 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
     if weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
 
-    def write_stages(m: TorchModel, tmp: str, files: dict, say: Progress, start: float) -> None:
-        def save(stage: str, model: ov.Model) -> None:
-            stem = STAGES[stage]
-            _save_ir(model, tmp, stem, stage, weights)
+    def write_stages(m: TorchModel, table: GraphTable, tmp: str, files: dict, say: Progress,
+                     start: float) -> None:
+        for name, spec in table.items():
+            model = convert_llm(m) if name == LLM_GRAPH else convert_graph(m, spec)
+            _save_ir(model, tmp, spec.stem, name, weights)
+            del model
             for ext in (".xml", ".bin"):
-                files[stem + ext] = file_record(os.path.join(tmp, stem + ext), stage=stage,
-                                                precision=weights)
-            say(f"converted {stage} ({time.perf_counter() - start:.0f} s)")
-
-        save("text_encoder", convert_text_encoder(m))
-        save("llm", convert_llm(m))
-        save("flow_encoder", convert_flow_encoder(m))
-        save("length_regulator", convert_length_regulator(m))
-        save("estimator", convert_estimator(m))
-        for stage, model in convert_hift(m).items():
-            save(stage, model)
+                files[spec.stem + ext] = file_record(os.path.join(tmp, spec.stem + ext),
+                                                     stage=name, precision=weights)
+            say(f"converted {name} ({time.perf_counter() - start:.0f} s)")
 
     header = {
         "format": FORMAT,

@@ -1,32 +1,48 @@
-"""Turn the LLM step's explicit KV-cache inputs/outputs into OpenVINO state (imports openvino).
+"""Turn a graph's explicit state inputs/outputs (the LLM step's KV cache) into OpenVINO state
+(imports openvino).
 
-Steps (the order matters): a ``beam_idx`` parameter and a ``Gather(past, beam_idx, axis 0)``
-in front of every cache input (reorder hook; the CPU plugin's stateful-SDPA fusion expects it),
-``MakeStateful`` over the (past, present) name pairs, then every ``ReadValue`` gets a
-zero-sized zero initializer ``[1, H, 0, d_k]``, so a fresh or reset request starts with an
-empty cache.
+The states are the graph table's :class:`cosyvino.families.StateSpec` entries (v1 LLM:
+``past_key_values.{i}.key|value`` -> ``present.{i}.key|value``). Steps (the order matters): a
+``beam_idx`` parameter and a ``Gather(past, beam_idx, axis 0)`` in front of every state input
+(reorder hook; the CPU plugin's stateful-SDPA fusion expects it), ``MakeStateful`` over the
+(input, output) name pairs, then every ``ReadValue`` gets a zero initializer of its state's
+``init_shape`` (zero-sized along the growing axis), so a fresh or reset request starts empty.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import openvino as ov
 from openvino import opset13
 
+from ...families import StateSpec
 
-def make_llm_stateful(model: ov.Model, past_names: list[str], present_names: list[str],
-                      cache_shape: tuple[int, int, int, int]) -> ov.Model:
-    """In-place: cache inputs/outputs become states; adds the ``beam_idx`` i32 [1] input.
+#: the reorder input the stateful transformation adds (OpenVINO's convention for stateful
+#: LLMs; not a graph-table tensor: the runtime feeds it, the table's callers never see it)
+BEAM_IDX = "beam_idx"
 
-    ``cache_shape`` is ``(batch, heads, 0, d_k)`` — the empty cache the states start from.
+
+def make_llm_stateful(model: ov.Model, states: Sequence[StateSpec]) -> ov.Model:
+    """In-place: the ``states``' inputs/outputs become OpenVINO states; adds the
+    :data:`BEAM_IDX` i32 ``[batch]`` input (batch = ``init_shape[0]``, the same for all).
+
+    Raises ValueError: no states, states of different batch, the model already has a
+    :data:`BEAM_IDX` input, or a ``ReadValue`` that matches no state (a bug).
     """
-    if "beam_idx" in sum((list(p.get_names()) for p in model.inputs), []):
-        raise ValueError("model already has a beam_idx input")
-    beam_idx = opset13.parameter(ov.PartialShape([cache_shape[0]]), ov.Type.i32, name="beam_idx")
-    beam_idx.output(0).get_tensor().set_names({"beam_idx"})
+    if not states:
+        raise ValueError("no states to make stateful")
+    batches = {s.init_shape[0] for s in states}
+    if len(batches) != 1:
+        raise ValueError(f"states of different batch sizes {sorted(batches)}")
+    if BEAM_IDX in sum((list(p.get_names()) for p in model.inputs), []):
+        raise ValueError(f"model already has a {BEAM_IDX} input")
+    beam_idx = opset13.parameter(ov.PartialShape([batches.pop()]), ov.Type.i32, name=BEAM_IDX)
+    beam_idx.output(0).get_tensor().set_names({BEAM_IDX})
     model.add_parameters([beam_idx])
-    for name in past_names:
-        port = model.input(name)
+    for state in states:
+        port = model.input(state.input)
         consumers = port.get_target_inputs()
         gather = opset13.gather(port, beam_idx, opset13.constant(np.int64(0)))
         for c in consumers:
@@ -35,12 +51,19 @@ def make_llm_stateful(model: ov.Model, past_names: list[str], present_names: lis
 
     from openvino._offline_transformations import apply_make_stateful_transformation
 
-    apply_make_stateful_transformation(model, dict(zip(past_names, present_names)))
-    shape = opset13.constant(np.array(cache_shape, dtype=np.int64))
+    apply_make_stateful_transformation(model, {s.input: s.output for s in states})
+    # the ReadValue that replaced a state's input keeps that input's tensor name
+    by_input = {s.input: s for s in states}
     for op in model.get_ops():
-        if op.get_type_name() == "ReadValue":
-            zero = opset13.constant(np.zeros((), dtype=np.float32))
-            init = opset13.broadcast(zero, shape)
-            op.set_arguments([init])
+        if op.get_type_name() != "ReadValue":
+            continue
+        matched = [by_input[n] for n in op.output(0).get_names() if n in by_input]
+        if len(matched) != 1:
+            raise ValueError(f"ReadValue {op.get_friendly_name()} matches no single state "
+                             f"(tensor names {sorted(op.output(0).get_names())})")
+        state = matched[0]
+        zero = opset13.constant(np.zeros((), dtype=state.dtype))
+        init = opset13.broadcast(zero, opset13.constant(np.array(state.init_shape, np.int64)))
+        op.set_arguments([init])
     model.validate_nodes_and_infer_types()
     return model

@@ -1,0 +1,123 @@
+"""The CosyVoice v1 model family (CosyVoice-300M, -300M-SFT, -300M-Instruct): config and yaml
+reading, synthetic presets, the PyTorch model, THE graph table (:mod:`.graphs`), the stage
+calls (:mod:`.stages`), modes, streaming policy and the per-request program. Registered
+through the ``register_families`` hook (a built-in plugin of the core). Importing this package
+does not import torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cosyvino.hookspecs import hookimpl
+
+from ..base import GraphTable, ModelFamily
+
+#: official checkpoint files a conversion is made from (recorded by hash in manifests)
+SOURCE_FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt")
+
+
+class CosyVoice1(ModelFamily):
+    """CosyVoice v1: text-speech LM (TransformerLM) -> conditional flow matching -> HiFT."""
+
+    name = "cosyvoice1"
+    description = "CosyVoice v1 (CosyVoice-300M / -SFT / -Instruct)"
+    config_files = ("cosyvoice.yaml",)
+
+    @classmethod
+    def detect(cls, model_dir: str) -> bool:
+        path = os.path.join(os.fspath(model_dir), "cosyvoice.yaml")
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError):
+            return False
+        # v2/v3 yamls name Qwen2LM / CosyVoice2 classes; v1 names cosyvoice.llm.llm.TransformerLM
+        return "Qwen2LM" not in text and "CausalMaskedDiffWithXvec" not in text
+
+    @classmethod
+    def read_config(cls, model_dir: str):
+        from .yaml_config import read_model_config
+
+        return read_model_config(model_dir)
+
+    @classmethod
+    def source_files(cls, model_dir: str) -> tuple[str, ...]:
+        return SOURCE_FILES
+
+    @classmethod
+    def presets(cls) -> tuple[str, ...]:
+        from .presets import PRESETS
+
+        return tuple(PRESETS)
+
+    @classmethod
+    def make_synthetic(cls, preset: str, out_dir: str, **kwargs) -> str:
+        from .synthetic import make_model
+
+        return make_model(preset, out_dir, **kwargs)
+
+    @classmethod
+    def graphs(cls, config) -> GraphTable:
+        from .graphs import graph_table
+
+        return graph_table(config)
+
+    @classmethod
+    def load_torch_model(cls, model_dir: str):
+        from .torch.loading import load_torch_model
+
+        return load_torch_model(model_dir)
+
+    @classmethod
+    def write_serving_files(cls, model, model_dir: str, out_dir: str) -> list[str]:
+        from cosyvino.export.common import write_serving_files
+
+        return write_serving_files(model, model_dir, out_dir)
+
+    @classmethod
+    def manifest_fields(cls, model, *, stateful: bool, llm_layout: dict | None = None) -> dict:
+        from cosyvino.export.common import llm_cache_layout
+
+        layers, heads, dk, d = llm_cache_layout(model)
+        return {"llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
+                        "query_side_pos": True, "stateful": stateful, "pos_bucket": 1,
+                        **(llm_layout or {})}}
+
+    @classmethod
+    def speakers(cls, model_dir: str) -> list[str]:
+        from .checkpoint import load_spk2info
+
+        return list(load_spk2info(os.path.join(model_dir, "spk2info.pt")))
+
+    @classmethod
+    def stages_from_runner(cls, runner, model_dir: str):
+        from .graph_stages import GraphStages
+
+        return GraphStages(runner, model_dir)
+
+    @classmethod
+    def speech_vocab(cls, config) -> int:
+        return config.flow.vocab_size
+
+    @classmethod
+    def pipeline(cls, stages):
+        from .pipeline import Pipeline
+
+        return Pipeline(stages)
+
+    @classmethod
+    def new_program(cls, stages, request, draws, frontend):
+        from .program import CosyVoice1Program
+
+        return CosyVoice1Program(stages, request, draws, frontend)
+
+
+from .modes import MODES  # noqa: E402  (numpy only)
+
+CosyVoice1.modes = MODES
+
+
+@hookimpl
+def register_families(register):
+    register(CosyVoice1)

@@ -4,16 +4,16 @@ What lives here: the LLM input layout and the speech-token sampling loop (upstre
 ``cosyvoice/llm/llm.py`` ``TransformerLM.inference``), the flow conditioning, length-regulation
 matrix and CFM ODE loop (``cosyvoice/flow/flow.py``, ``flow_matching.py``), the NSF random draws
 and vocoder calls (``cosyvoice/hifigan/generator.py``), and speed change. A backend only runs the
-fixed stage computations of :class:`cosyvino.backends.Stages`. Must not import torch.
+fixed stage computations of :class:`.stages.CosyVoice1Stages`. Must not import torch.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
-from cosyvino.backends.base import LLMSession, Stages
+from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages, LLMSession
 from cosyvino.families.cosyvoice1.cfm import solve_euler_cfg
 from cosyvino.errors import InputError
 from cosyvino.families.cosyvoice1.length_regulation import interpolation_matrix, mel_frames_for_tokens
@@ -36,24 +36,16 @@ def linear_resize_time(mel: np.ndarray, n_out: int) -> np.ndarray:
     return (mel[..., lo] * (1 - w) + mel[..., hi] * w).astype(np.float32)
 
 
-#: Most mel frames kept from one vocoder decode window (256 frames = 2.97 s at 22050 Hz). The
-#: decode's intermediate tensors grow with the mel length (OpenVINO, synthetic 300M: about
-#: 0.47 MB per frame in f32, 200 MB for a 5 s segment) and the CPU plugin keeps buffers for the
-#: input shapes it has run, so windows bound the vocoder's share of memory whatever the
-#: segment length.
+#: Most mel frames kept from one vocoder decode window (256 frames = 2.97 s at 22050 Hz):
+#: windows bound the vocoder's activation memory whatever the segment length
+#: (docs/performance.md, "Measurements behind code constants").
 VOCODER_CHUNK_FRAMES = 256
 #: Window lengths are rounded up to a multiple of this many frames, so segments of any length
-#: give the backend a handful of input shapes. Measured (INT8 dir, HiFT bf16, one process,
-#: segments of 10-500 speech tokens): peak RSS 1779 MB with windows that follow each segment's
-#: length, 1633 MB rounded to 32, 1616 MB with one fixed length — which costs 25 % more decode
-#: work than the rounded windows on a 5 s segment.
+#: give the backend a handful of input shapes (runtimes keep buffers per shape; same page).
 VOCODER_WINDOW_STEP = 32
-#: Mel frames of context decoded on each side of a chunk and then dropped. The HiFT decode
-#: (conv_pre, two upsampling stages with their resblocks, the source STFT branch, conv_post,
-#: iSTFT) is convolutional, so an output sample depends only on nearby frames: measured on the
-#: CosyVoice-300M HiFT configuration, a change of one mel frame or one source sample moves the
-#: waveform at most 13.2 frames away. With 16 frames of context every kept sample sees exactly
-#: the inputs it sees in a whole-segment decode (tests compare chunked with whole decodes).
+#: Mel frames of context decoded on each side of a chunk and then dropped. The HiFT decode is
+#: convolutional, so an output sample depends only on nearby frames; 16 frames cover its
+#: receptive field (same page), so every kept sample equals the whole-segment decode's (tested).
 VOCODER_CONTEXT_FRAMES = 16
 
 
@@ -88,9 +80,9 @@ def vocoder_chunks(n_frames: int, chunk_frames: int | None,
 
 
 class Pipeline:
-    """Text tokens -> speech tokens -> mel -> waveform on one loaded :class:`Stages`."""
+    """Text tokens -> speech tokens -> mel -> waveform on one loaded :class:`CosyVoice1Stages`."""
 
-    def __init__(self, stages: Stages, *,
+    def __init__(self, stages: CosyVoice1Stages, *,
                  vocoder_chunk_frames: int | None = VOCODER_CHUNK_FRAMES):
         """``vocoder_chunk_frames``: longest mel the vocoder decode gets in one call (see
         :func:`vocoder_chunks`); None decodes every segment whole."""
@@ -275,21 +267,3 @@ class Pipeline:
             wav = np.asarray(wav, dtype=np.float32).reshape(-1)
             pieces.append(wav[hop * (a - lo):hop * (b - lo)])
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-
-    # ---- whole segment ---------------------------------------------------------------------
-    def segment_to_wav(self, text_token: Sequence[int], embedding: np.ndarray,
-                       rng: np.random.Generator, *, speed: float = 1.0,
-                       num_tokens: int | None = None,
-                       speech_tokens: np.ndarray | None = None,
-                       session: LLMSession | None = None,
-                       times: StageTimes | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """One text segment (sft mode) -> (waveform float32 [S], speech tokens int64 [N])."""
-        times = times or StageTimes()
-        if speech_tokens is None:
-            speech_tokens = self.generate_speech_tokens(
-                np.asarray(text_token, dtype=np.int64)[None, :], embedding, rng,
-                num_tokens=num_tokens, session=session, times=times)
-        mel = self.tokens_to_mel(speech_tokens, embedding, rng, times=times)
-        if speed != 1.0:
-            mel = linear_resize_time(mel, max(1, int(mel.shape[-1] / speed)))
-        return self.mel_to_wav(mel, rng, times=times), speech_tokens

@@ -221,7 +221,7 @@ class HiFTGenerator(nn.Module):
         """Full vocoder: mel [1, 80, T] -> ``(wav [1, 256T], source [1, 1, 256T])``.
 
         ``phase`` [1, H] and ``noise`` [1, H, 256T] (H = nb_harmonics + 1) as for
-        :class:`SourceStage` (see :func:`cosyvino.nsf.draw_source_noise`). Streaming callers that
+        :class:`SourceStage` (see :func:`cosyvino.families.cosyvoice1.nsf.draw_source_noise`). Streaming callers that
         need upstream's ``cache_source`` overwrite the head of the source between the stages.
         """
         f0 = self.f0_stage()(mel)

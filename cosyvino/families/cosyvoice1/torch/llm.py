@@ -126,3 +126,23 @@ class LLMStepStage(nn.Module):
         enc = self.lm.llm
         shape = (len(enc.encoders), 1, enc.num_heads, 0, enc.head_dim)
         return torch.zeros(shape), torch.zeros(shape)
+
+
+class LLMExplicitCacheStep(nn.Module):
+    """``(inputs_embeds [1, T, D], past_0_key, past_0_value, ...) -> (logp [1, V+1],
+    present_0_key, present_0_value, ...)``; per-layer caches float32 ``[1, H, P, d_k]``,
+    presents ``[1, H, P+T, d_k]``. ``query_side_pos=True`` (the decode-friendly evaluation
+    order of the rel-pos term, see :class:`LLMStepStage`) serves
+    prefill and decode with one graph."""
+
+    def __init__(self, lm: TransformerLM):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, inputs_embeds: torch.Tensor, *past: torch.Tensor):
+        h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, list(past[0::2]),
+                                               list(past[1::2]), True)
+        out = [torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)]
+        for k, v in zip(pk, pv):
+            out += [k, v]
+        return tuple(out)

@@ -15,7 +15,9 @@ import threading
 import time
 
 import cosyvino
-from cosyvino.backends import Backend, Capabilities, LLMSession, Stages
+from cosyvino.backends import Backend, Capabilities
+from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages as Stages
+from cosyvino.families.cosyvoice1.stages import LLMSession
 from cosyvino.errors import BackendError
 from cosyvino.plugins import get_backend
 
@@ -127,8 +129,12 @@ class LoggingTorchBackend(Backend):
         return inner.is_available()
 
     @classmethod
-    def prepare(cls, model_dir, out_dir=None, progress=None):
-        return get_backend(INNER).prepare(model_dir, out_dir, progress)
+    def conversion_status(cls, model_dir, out_dir=None, *, weights="fp32"):
+        return get_backend(INNER).conversion_status(model_dir, out_dir, weights=weights)
+
+    @classmethod
+    def convert(cls, model_dir, out_dir=None, progress=None, *, weights="fp32"):
+        return get_backend(INNER).convert(model_dir, out_dir, progress, weights=weights)
 
     @classmethod
     def capabilities(cls, model_dir, probe=None) -> Capabilities:

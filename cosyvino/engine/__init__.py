@@ -1,0 +1,12 @@
+"""The engine: a request becomes a program (a state machine of prefill, decode steps, flow and
+vocoder hops) that an :class:`Engine` steps on one loaded model; a :class:`Scheduler` drives many
+requests on worker threads. Random draws are indexed by seed and position
+(:class:`RandomDraws`). Must not import torch."""
+
+from .draws import RandomDraws
+from .engine import Engine, RequestState
+from .program import Phase, Program
+from .scheduler import RequestHandle, Scheduler
+
+__all__ = ["Engine", "Phase", "Program", "RandomDraws", "RequestHandle", "RequestState",
+           "Scheduler"]

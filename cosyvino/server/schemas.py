@@ -1,0 +1,241 @@
+"""Request bodies of the synthesis endpoints: the OpenAI ``/v1/audio/speech`` JSON body and the
+CosyVoice ``/inference_sft`` fields, each a pydantic model, both turned into one
+:class:`SpeechParams`.
+
+Every field check raises its own error (``code`` + message, as the API has always answered);
+:func:`parse` turns the first one, in field order, into an :class:`~.errors.APIError` (400).
+What needs the loaded model (voice names, speakable text, seed fixing) is checked later by
+:meth:`cosyvino.request.SynthesisRequest.validated`, through the pool.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable
+
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo,
+                      model_validator)
+from pydantic_core import PydanticCustomError
+
+from ..request import MAX_SPEED, MIN_SPEED, SynthesisRequest
+from .config import MAX_INPUT_CHARS
+from .encoding import SPEECH_FORMATS
+from .errors import APIError
+
+STREAM_FORMATS = ("audio", "sse")
+#: error types that are not a field's fault: answered with ``code`` null
+_BODY_ERRORS = ("invalid_body",)
+
+
+@dataclass(frozen=True)
+class SpeechParams:
+    """One synthesis request as the server runs it, whichever endpoint it came from.
+
+    Attributes:
+        text: the text to speak.
+        voice: speaker id / voice name (the model's first speaker when the client gave none).
+        fmt: response format: an OpenAI ``response_format`` or ``raw`` (CosyVoice wire format).
+        speed: 0.25..4.0.
+        seed: non-negative int, or None (random; such requests are not cached).
+        stream_format: ``audio`` (the bytes) or ``sse`` (OpenAI server-sent events).
+        text_param / voice_param: the endpoint's names of the text and voice fields, for errors.
+    """
+
+    text: str
+    voice: str
+    fmt: str
+    speed: float
+    seed: int | None
+    stream_format: str = "audio"
+    text_param: str = "input"
+    voice_param: str = "voice"
+
+    @property
+    def sse(self) -> bool:
+        return self.stream_format == "sse"
+
+    def request(self, num_speech_tokens: int | None = None) -> SynthesisRequest:
+        """The engine request (``num_speech_tokens``: the server's forced count, if any)."""
+        return SynthesisRequest(text=self.text, voice=self.voice, speed=self.speed,
+                                seed=self.seed, num_speech_tokens=num_speech_tokens)
+
+
+# ---- field checks ----------------------------------------------------------------------------
+def _fail(code: str, message: str) -> PydanticCustomError:
+    # the message is the context, not the template: a message is never re-formatted
+    return PydanticCustomError(code, "{message}", {"message": message})
+
+
+def _typed(kinds: tuple, check: Callable[[Any, str], Any] | None = None):
+    """A before-validator: the value must be an instance of ``kinds`` (bool is never a
+    number), then ``check(value, field name)`` (returns the value or raises :func:`_fail`)."""
+    what = "a number" if float in kinds else "an integer" if int in kinds else "a string"
+
+    def validate(value, info: ValidationInfo):
+        name = info.field_name
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise _fail("invalid_type", f"'{name}' must be {what}, got {type(value).__name__}")
+        return check(value, name) if check is not None else value
+
+    return BeforeValidator(validate)
+
+
+def _max_length(value: str, name: str) -> str:
+    if len(value) > MAX_INPUT_CHARS:
+        raise _fail("string_above_max_length", f"'{name}' is {len(value)} characters; the "
+                    f"limit is {MAX_INPUT_CHARS}")
+    return value
+
+
+def _speed_range(value, name: str, shown=None):
+    try:
+        ok = MIN_SPEED <= float(value) <= MAX_SPEED
+    except OverflowError:  # an integer beyond float range
+        ok = False
+    if not ok:
+        raise _fail("invalid_value", f"'{name}' must be between {MIN_SPEED} and {MAX_SPEED}, "
+                    f"got {value if shown is None else shown}")
+    return value
+
+
+def _one_of(choices: tuple, message: str):
+    def check(value: str, name: str) -> str:
+        if value not in choices:
+            raise _fail("invalid_value", message.format(value=value))
+        return value
+
+    return check
+
+
+def _non_negative(value: int, name: str) -> int:
+    if value < 0:
+        raise _fail("invalid_value", f"'{name}' must be a non-negative integer, got {value}")
+    return value
+
+
+def _first_error(e: ValidationError) -> APIError:
+    """The first failed check (fields in declaration order) as a 400."""
+    err = e.errors(include_url=False)[0]
+    param = str(err["loc"][0]) if err["loc"] else None
+    kind = err["type"]
+    if kind == "missing":
+        return APIError(400, f"missing required parameter '{param}'", param=param,
+                        code="missing_required_parameter")
+    if kind in _BODY_ERRORS:
+        return APIError(400, err["msg"])
+    if isinstance(err.get("ctx"), dict) and "message" in err["ctx"]:  # one of our checks
+        return APIError(400, err["msg"], param=param, code=kind)
+    return APIError(400, f"'{param}': {err['msg']}", param=param, code="invalid_value")
+
+
+def parse(model: type[BaseModel], data) -> BaseModel:
+    """``model`` validated from ``data``.
+
+    Raises:
+        APIError: 400 for the first failed check.
+    """
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise _first_error(e) from None
+
+
+# ---- OpenAI /v1/audio/speech -----------------------------------------------------------------
+Str = Annotated[str, _typed((str,))]
+
+
+class SpeechBody(BaseModel):
+    """The JSON body of ``POST /v1/audio/speech`` (OpenAI's fields; unknown ones are ignored,
+    ``null`` means absent)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    #: any model id is accepted: one model per server
+    model: Str | None = None
+    input: Annotated[str, _typed((str,), _max_length)]
+    voice: Str | None = None
+    response_format: Annotated[str, _typed((str,), _one_of(
+        SPEECH_FORMATS, "unsupported response_format {value!r}; choose one of "
+        + ", ".join(SPEECH_FORMATS)))] = "mp3"
+    speed: Annotated[float, _typed((int, float), _speed_range)] = 1.0
+    stream_format: Annotated[str, _typed((str,), _one_of(
+        STREAM_FORMATS, "unsupported stream_format {value!r}; choose audio or sse"))] = "audio"
+    #: accepted for compatibility; SFT models ignore it
+    instructions: Str | None = None
+    seed: Annotated[int, _typed((int,), _non_negative)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _object_without_nulls(cls, data):
+        if not isinstance(data, dict):
+            raise PydanticCustomError("invalid_body", "request body must be a JSON object")
+        return {k: v for k, v in data.items() if v is not None}
+
+    def params(self, default_voice: str) -> SpeechParams:
+        voice = default_voice if self.voice is None else self.voice
+        return SpeechParams(self.input, voice, self.response_format,
+                            float(self.speed), self.seed, self.stream_format)
+
+
+def parse_speech_request(body, default_voice: str) -> SpeechParams:
+    """The :class:`SpeechParams` of a decoded ``/v1/audio/speech`` body. Raises APIError
+    (400)."""
+    return parse(SpeechBody, body).params(default_voice)
+
+
+# ---- CosyVoice /inference_sft ----------------------------------------------------------------
+def _sft_text(value):
+    if value is None:
+        raise _fail("missing_required_parameter", "missing required parameter 'tts_text'")
+    if not isinstance(value, str):
+        raise _fail("invalid_type", "'tts_text' must be a string")
+    return _max_length(value, "tts_text")
+
+
+def _sft_speed(value, info: ValidationInfo):
+    # form fields are strings: anything float() takes is a number (upstream's FastAPI Form)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise _fail("invalid_type", f"'{info.field_name}' must be a number, got {value!r}"
+                    ) from None
+    _speed_range(number, info.field_name, shown=value)
+    return number
+
+
+def _sft_seed(value):
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise _fail("invalid_type", "'seed' must be a non-negative integer") from None
+
+
+class SftForm(BaseModel):
+    """The fields of ``/inference_sft`` (query string, form, multipart or JSON, merged; the
+    official client's names). A negative seed is left to the engine's validation."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    tts_text: Annotated[str, BeforeValidator(_sft_text)]
+    spk_id: Annotated[str, BeforeValidator(str)] | None = None
+    speed: Annotated[float, BeforeValidator(_sft_speed)] = 1.0
+    seed: Annotated[int | None, BeforeValidator(_sft_seed)] = None
+
+    def params(self, default_voice: str) -> SpeechParams:
+        voice = default_voice if self.spk_id is None else self.spk_id
+        return SpeechParams(self.tts_text, voice, "raw", self.speed, self.seed, "audio",
+                            text_param="tts_text", voice_param="spk_id")
+
+
+def parse_sft_request(fields: dict, default_voice: str) -> SpeechParams:
+    """The :class:`SpeechParams` of ``/inference_sft``'s merged fields. Raises APIError
+    (400)."""
+    return parse(SftForm, fields).params(default_voice)
+
+
+def normalize_for_key(text: str) -> str:
+    """Cache-key text: NFC, whitespace runs collapsed, stripped."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
