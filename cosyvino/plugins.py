@@ -78,9 +78,12 @@ def _reset_for_tests() -> None:
         _errors.clear()
 
 
-def _collect(hook_name: str, base: type, what: str) -> dict[str, type]:
-    """Classes registered through ``hook_name`` by name; malformed ones are reported by plugin
-    name and skipped."""
+def registered(hook_name: str, base: type, what: str) -> dict[str, type]:
+    """Classes registered through ``hook_name`` (``register(cls)`` calls) by their ``name``,
+    first registration winning; a class that is not a ``base`` subclass with a non-empty
+    ``name`` (``what``: the base's name, for the report) or a hook that raises is reported by
+    plugin name (warning + :func:`plugin_errors`) and skipped. Used for backends here and for
+    model families by :func:`cosyvino.families.family_classes`."""
     pm = get_plugin_manager()
     found: dict[str, type] = {}
     for impl in getattr(pm.hook, hook_name).get_hookimpls():
@@ -107,15 +110,7 @@ def backend_classes() -> dict[str, type]:
     """All registered backend classes by ``Backend.name``; malformed ones are skipped."""
     from .backends.base import Backend
 
-    return _collect("register_backends", Backend, "Backend")
-
-
-def family_classes() -> dict[str, type]:
-    """All registered model families by ``ModelFamily.name`` (the built-in ``cosyvoice1``
-    first); malformed ones are skipped."""
-    from .families.base import ModelFamily
-
-    return _collect("register_families", ModelFamily, "ModelFamily")
+    return registered("register_backends", Backend, "Backend")
 
 
 def get_backend(name: str) -> type:

@@ -1,7 +1,7 @@
 """The numpy half of a converted model's LLM: speaker x-vectors and the small LLM tables that
 the runtime backends apply without a graph. Must import neither torch nor any runtime.
 
-Files (written by :func:`cosyvino.export.common.write_serving_files`, layout in
+Files (written by :func:`cosyvino.families.cosyvoice1.serving_files.write_serving_files`, layout in
 :mod:`cosyvino.converted`): ``speakers.json`` (names) + ``speakers.npy`` (float32 [S, 192]),
 ``llm_tables.npz`` (``speech_embedding`` [V, D], ``special`` [2, D] = sos, task_id,
 ``spk_affine_weight`` [D, 192], ``spk_affine_bias`` [D]).

@@ -4,22 +4,19 @@
 arguments, finds the model family (:func:`cosyvino.families.detect_family`), hashes the source
 files, loads the family's PyTorch model and its graph table, lets the runtime's exporter write
 one file per graph of the table, then ships the optional ONNX source files, lets the family write
-its serving files (``ModelFamily.write_serving_files``; CosyVoice v1: :func:`write_serving_files`,
-LLM tables, speakers, yaml copy) and writes the manifest
+its serving files (``ModelFamily.write_serving_files``; CosyVoice v1:
+:mod:`cosyvino.families.cosyvoice1.serving_files`, LLM tables, speakers, yaml copy) and writes the manifest
 (:mod:`cosyvino.converted` describes the layout; it records the family and the table's graph ->
 file stem map) and publishes the directory atomically (:func:`cosyvino.fileutil.replace_dir`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import time
 from typing import Callable
-
-import numpy as np
 
 from ..converted import OPTIONAL_SOURCE_FILES, file_record, source_record, write_manifest
 from ..errors import ModelDirError
@@ -32,8 +29,6 @@ Progress = Callable[[str], None]
 #: graph of ``table`` into ``tmp_dir`` and adds their manifest records to ``files``; ``start``
 #: is the ``time.perf_counter()`` of the conversion start (for progress messages)
 StageWriter = Callable[[TorchModel, GraphTable, str, dict, Progress, float], None]
-#: the files :func:`write_serving_files` writes, in manifest order
-SERVING_FILES = ("llm_tables.npz", "cosyvoice.yaml", "speakers.json", "speakers.npy")
 
 
 def model_family(model_dir: str) -> type[ModelFamily]:
@@ -48,40 +43,6 @@ def model_graphs(m: TorchModel) -> GraphTable:
     return model_family(m.path).graphs(m.config)
 
 
-def llm_cache_layout(m: TorchModel) -> tuple[int, int, int, int]:
-    """``(layers, heads, head_dim, width)`` of the LLM's KV cache."""
-    enc = m.llm.llm
-    return len(enc.encoders), enc.num_heads, enc.head_dim, enc.cfg.output_size
-
-
-def llm_tables(m: TorchModel) -> dict[str, np.ndarray]:
-    """The LLM's small tables the runtime applies in numpy, float32: ``speech_embedding``
-    ``[V, D]``, ``special`` ``[2, D]`` (sos, task_id), ``spk_affine_weight`` ``[D, 192]``,
-    ``spk_affine_bias`` ``[D]`` (see :mod:`cosyvino.converted`)."""
-    lm = m.llm
-    return {
-        "speech_embedding": lm.speech_embedding.weight.detach().numpy().astype(np.float32),
-        "special": lm.llm_embedding.weight.detach().numpy().astype(np.float32),
-        "spk_affine_weight": lm.spk_embed_affine_layer.weight.detach().numpy().astype(np.float32),
-        "spk_affine_bias": lm.spk_embed_affine_layer.bias.detach().numpy().astype(np.float32),
-    }
-
-
-def write_serving_files(m: TorchModel, model_dir: str, out_dir: str) -> list[str]:
-    """Write :data:`SERVING_FILES` into ``out_dir``: the LLM tables, the speakers (names in
-    ``speakers.json``, float32 x-vectors ``[S, 192]`` in that row order in ``speakers.npy``)
-    and a copy of ``model_dir/cosyvoice.yaml``; returns their names. OSError on a write."""
-    np.savez(os.path.join(out_dir, "llm_tables.npz"), **llm_tables(m))
-    shutil.copyfile(os.path.join(model_dir, "cosyvoice.yaml"),
-                    os.path.join(out_dir, "cosyvoice.yaml"))
-    names = list(m.speakers)
-    with open(os.path.join(out_dir, "speakers.json"), "w", encoding="utf-8") as f:
-        json.dump(names, f, ensure_ascii=False)
-    np.save(os.path.join(out_dir, "speakers.npy"),
-            np.concatenate([m.speakers[n] for n in names]).astype(np.float32))
-    return list(SERVING_FILES)
-
-
 def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str, *,
                        write_stages: StageWriter, header: dict, stateful: bool,
                        progress: Progress | None = None, overwrite: bool = True,
@@ -94,7 +55,7 @@ def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str,
     order), then ``family`` (the model family's name), ``graphs`` (graph name -> file stem,
     from the family's graph table), ``source_dir``, ``source``, ``files`` and the family's
     fields (``ModelFamily.manifest_fields``; CosyVoice v1: ``llm``, the cache layout from
-    :func:`llm_cache_layout`, ``query_side_pos`` True, ``stateful``, then ``llm_layout``: the
+    :func:`cosyvino.families.cosyvoice1.serving_files.llm_cache_layout`, ``query_side_pos`` True, ``stateful``, then ``llm_layout``: the
     runtime's LLM export-layout fields, e.g. OpenVINO's ``pos_bucket`` and
     ``query_pos_projection``; ``pos_bucket`` defaults to 1).
 

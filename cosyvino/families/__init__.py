@@ -17,9 +17,9 @@ DEFAULT_FAMILY = "cosyvoice1"
 
 def family_classes() -> dict[str, type[ModelFamily]]:
     """Registered families by name."""
-    from ..plugins import family_classes as registered
+    from ..plugins import registered
 
-    return registered()
+    return registered("register_families", ModelFamily, "ModelFamily")
 
 
 def get_family(name: str) -> type[ModelFamily]:

@@ -56,11 +56,9 @@ CAPTURE_GROUPS = {"estimator": "estimator", "flow_encoder": "flow_encoder",
 
 #: float stages the ``int8`` preset stores with fp16 weights (compute stays f32, or bf16 where
 #: asked: the CPU plugin widens the weights once at compile time, so resident memory and speed
-#: are unchanged) when no recipe quantized them. Halves their files: HiFT 81.8 -> 40.9 MB on the
-#: synthetic 300M, the whole ``int8`` dir 542.4 -> 501.5 MB (31.1 % -> 28.7 % of fp32). Measured
-#: cost against fp32 weights (5 held-out texts, f32 compute): vocoder SNR 76 dB, length
-#: regulator mel L1 9e-5 / LSD 0.001 dB, far below the INT8 estimator's (51 dB, 0.19 dB); the
-#: tiny test model's random HiFT gives ~34 dB. ``hift_source`` is left out: its constants build
+#: are unchanged) when no recipe quantized them. Halves their files at an accuracy cost far below
+#: the INT8 estimator's (docs/performance.md, "Measurements behind code constants").
+#: ``hift_source`` is left out: its constants build
 #: the harmonic sine phases, where fp16 rounding would be a pitch error, for ~150 bytes saved.
 FP16_STORAGE_STAGES = ("length_regulator", "hift_f0", "hift_decode")
 

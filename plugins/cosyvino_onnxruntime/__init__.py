@@ -32,10 +32,8 @@ from cosyvino.errors import BackendError, ConvertedModelError
 #: fields): the exact-length relative position table, ``pos_bucket`` 1 (the exporter passes no
 #: layout of its own to :func:`cosyvino.export.common.convert_atomically`)
 LLM_LAYOUT = {"pos_bucket": 1}
-#: end-to-end synthesis speed relative to torch fp32 on the same CPU and threads: OpenVINO f32's
-#: 1.28x (docs/performance.md) times ORT/OpenVINO f32 measured side by side on the synthetic
-#: 300M on a shared 2-core machine (`cosyvino bench`: total 1.21x; same process, 1 thread, CPU
-#: time: LLM decode 75 vs 96 ms/token, estimator 1147 vs 1038 ms/call), rounded down
+#: end-to-end synthesis speed relative to torch fp32 on the same CPU and threads: the planner's
+#: cost hint, from the side-by-side runs in docs/performance.md ("ONNX Runtime"), rounded down
 RELATIVE_SPEED = 1.4
 
 

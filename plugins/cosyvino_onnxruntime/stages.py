@@ -13,13 +13,9 @@ A stateful graph (v1: the LLM, its KV cache) has no state inside ONNX: every ses
 own state between calls and feeds the previous call's state outputs (``present.*``) back as the
 next call's state inputs (``past_key_values.*``): by default through ``session.run`` (numpy
 arrays, :class:`cosyvino.backends.graphs.ExplicitStateSession`), with the ``io_binding`` option
-as bound ``OrtValue`` s (:class:`BoundStateSession`). Measured on one InferenceSession, the two
-kinds of session stepped alternately (shared 2-core machine, 1 thread, medians per decode
-step): synthetic 300M, cache 40..240 positions, ``run`` 125.7 ms wall / 80.0 ms CPU, IO binding
-129.5 / 79.1 ms (the cache is a few MB against ~790 MB of weights read per step, so skipping
-its numpy round trip does not show); tiny model, cache up to 2040 positions, ``run`` 1.14 ms,
-IO binding 1.17 ms (one bind call per cache tensor and step costs more than it saves). Hence
-``run`` by default.
+as bound ``OrtValue`` s (:class:`BoundStateSession`). ``run`` is the default: IO binding saves
+nothing measurable (the cache is a few MB against the weights read per step; docs/performance.md,
+"Measurements behind code constants").
 """
 
 from __future__ import annotations

@@ -47,19 +47,17 @@ from cosyvino.errors import BackendError, ConvertedModelError
 
 from . import inventory as _inventory
 
-#: end-to-end synthesis speed relative to torch fp32 on the same CPU and threads, measured side
-#: by side on the synthetic 300M (docs/performance.md): f32 1.28x, bf16 compute 1.83x, INT8-weight
-#: LLM (`cosyvino quantize`) ~2.4x
+#: end-to-end synthesis speed relative to torch fp32 on the same CPU and threads: the planner's
+#: cost hints, from the side-by-side runs in docs/performance.md (f32, bf16 compute)
 SPEED_F32, SPEED_BF16 = 1.3, 1.8
 #: quantized dir name -> speed vs torch (OpenVINO f32 1.3x times the measured int8/int4 gains)
 SPEED_QUANTIZED = {"openvino-int8": 2.2, "openvino-int8-llm": 1.9, "openvino-int4-llm": 2.0}
-#: resident bytes per byte of IR weights once OpenVINO has compiled the models (measured on the
-#: synthetic 300M: 3.1 GB resident after load for 1.75 GB of .bin files — the CPU plugin keeps
-#: repacked weight copies next to the mapped originals)
+#: resident bytes per byte of IR weights once OpenVINO has compiled the models (the CPU plugin
+#: keeps repacked weight copies next to the mapped originals; docs/performance.md, "OpenVINO
+#: memory")
 OPENVINO_RESIDENT_FACTOR = 1.8
-#: the same for a ``cosyvino quantize --preset int8`` dir: its 0.50 GB of .bin files held
-#: ~1.0 GB once compiled and warmed up (synthetic 300M; static INT8 stages keep more than their
-#: file size, docs/performance.md "INT8")
+#: the same for a ``cosyvino quantize --preset int8`` dir (static INT8 stages keep more than their
+#: file size; docs/performance.md "INT8")
 OPENVINO_QUANTIZED_RESIDENT_FACTOR = 2.0
 #: the plan's component precision -> INFERENCE_PRECISION_HINT; int8 components run their
 #: quantized IRs whatever the hint, the rest of them in f32

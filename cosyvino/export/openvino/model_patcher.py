@@ -34,9 +34,8 @@ def _query_pos_projection(self: RelPositionMultiHeadedAttention, q_v: torch.Tens
     Same values as ``q_v @ W_pos.reshape(H, d_k, d)`` (the zero blocks add exact zeros), but the
     weight stays the 2-D ``linear_pos`` matrix: a batched MatMul against a 3-D weight is not a
     FullyConnected for the OpenVINO CPU plugin, so after ``nncf.compress_weights`` it kept a
-    decompressed f32 copy of that weight (+4 MB per layer) and decompressed it on every step.
-    Measured on the synthetic 300M LLM, INT8 weights, 2 threads: 7 % less time per decoded token
-    (step-interleaved A/B), 40 MB less memory; fp32 unchanged. Batch 1 only (the LLM step).
+    decompressed f32 copy of that weight and decompressed it on every step (docs/performance.md,
+    "Measurements behind code constants"). Batch 1 only (the LLM step).
     """
     h, t, dk = q_v.shape[1], q_v.shape[2], q_v.shape[3]
     eye = torch.eye(h, dtype=q_v.dtype, device=q_v.device).reshape(h, 1, h, 1)
@@ -82,11 +81,9 @@ def sdpa_attention(module: nn.Module):
             del m.forward
 
 
-#: Relative position table length granularity of the exported LLM step. Measured (OpenVINO
-#: 2026.4 CPU plugin, synthetic 300M INT8 LLM, 2 threads): with the exact length (a new MatMul
-#: shape every decode step) the compiled LLM held 0.77 MB more per decoded token, never
-#: released (+768 MB after 1000 tokens); a lone MatMul against a table of 1..500 rows held 570
-#: MB, 17 MB when the length is rounded up to a multiple of 64.
+#: Relative position table length granularity of the exported LLM step: with the exact length
+#: (a new MatMul shape every decode step) the CPU plugin keeps a kernel and buffers per step
+#: (docs/performance.md, "Measurements behind code constants").
 POS_BUCKET = 64
 
 #: Manifest fields (``llm``) of this exporter's LLM layout; a dir whose fields differ was

@@ -71,13 +71,13 @@ class CosyVoice1(ModelFamily):
 
     @classmethod
     def write_serving_files(cls, model, model_dir: str, out_dir: str) -> list[str]:
-        from cosyvino.export.common import write_serving_files
+        from .serving_files import write_serving_files
 
         return write_serving_files(model, model_dir, out_dir)
 
     @classmethod
     def manifest_fields(cls, model, *, stateful: bool, llm_layout: dict | None = None) -> dict:
-        from cosyvino.export.common import llm_cache_layout
+        from .serving_files import llm_cache_layout
 
         layers, heads, dk, d = llm_cache_layout(model)
         return {"llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
