@@ -94,8 +94,8 @@ class SynthesisRequest:
         if mode is None:
             raise InputError(f"mode {self.mode!r} is not supported by this model; supported: "
                              f"{', '.join(sorted(modes))}")
-        for name, needed in (("prompt_text", mode.needs_prompt),
-                             ("prompt_audio", mode.needs_prompt),
+        for name, needed in (("prompt_text", mode.needs_prompt_text),
+                             ("prompt_audio", mode.needs_prompt_audio),
                              ("instruction", mode.needs_instruction)):
             given = getattr(self, name) is not None
             if given and not needed:

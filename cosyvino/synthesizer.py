@@ -142,15 +142,17 @@ class Synthesizer:
 
     # ---- synthesis ---------------------------------------------------------------------------
     def request(self, text: str, speaker, *, speed: float = 1.0, seed: int | None = None,
-                num_speech_tokens: int | None = None) -> SynthesisRequest:
-        """The :class:`SynthesisRequest` that :meth:`stream` / :meth:`synthesize` run."""
+                num_speech_tokens: int | None = None, **mode_inputs) -> SynthesisRequest:
+        """The :class:`SynthesisRequest` that :meth:`stream` / :meth:`synthesize` run;
+        ``mode_inputs``: ``mode``, ``prompt_text``, ``prompt_audio``, ``instruction`` (see
+        :class:`SynthesisRequest`). Raises TypeError for another keyword."""
         return SynthesisRequest(text=text, voice=speaker, speed=speed, seed=seed,
-                                num_speech_tokens=num_speech_tokens)
+                                num_speech_tokens=num_speech_tokens, **mode_inputs)
 
     def stream(self, text: str | SynthesisRequest, speaker: str | Voice | None = None, *,
                speed: float = 1.0, seed: int | None = None,
                num_speech_tokens: int | None = None,
-               cancel: threading.Event | None = None) -> SegmentStream:
+               cancel: threading.Event | None = None, **mode_inputs) -> SegmentStream:
         """Yield one :class:`Audio` per text segment, as soon as it is synthesized (in this
         thread, while iterating).
 
@@ -166,6 +168,8 @@ class Synthesizer:
             cancel: when set (from another thread), synthesis stops before the next step (the
                 next speech token) and the iterator raises
                 :class:`~cosyvino.errors.SynthesisCancelled`.
+            **mode_inputs: ``mode`` (default: the family's first, v1 ``sft``; :attr:`modes`),
+                ``prompt_text``, ``prompt_audio``, ``instruction`` as the mode needs them.
 
         Raises (at the call, before anything runs):
             EmptyTextError: nothing speakable in ``text``.
@@ -173,14 +177,16 @@ class Synthesizer:
             InputError: bad speed / seed / num_speech_tokens / text type.
         """
         req = text if isinstance(text, SynthesisRequest) else self.request(
-            text, speaker, speed=speed, seed=seed, num_speech_tokens=num_speech_tokens)
+            text, speaker, speed=speed, seed=seed, num_speech_tokens=num_speech_tokens,
+            **mode_inputs)
         state = self.engine.start(req, cancel)
         return SegmentStream(self.engine.run(state), state.total_segments)
 
     def synthesize(self, text: str | SynthesisRequest, speaker: str | Voice | None = None, *,
                    speed: float = 1.0, seed: int | None = None,
                    num_speech_tokens: int | None = None,
-                   on_segment: Callable[[int, int], None] | None = None) -> Audio:
+                   on_segment: Callable[[int, int], None] | None = None,
+                   **mode_inputs) -> Audio:
         """Synthesize the whole text; segments are concatenated. Same arguments and errors as
         :meth:`stream`; ``on_segment(done, total)`` is called after each segment (progress).
         ``Audio.stats`` has per-stage seconds, RTF, first-segment latency and the seed."""
@@ -188,7 +194,7 @@ class Synthesizer:
         chunks: list[Audio] = []
         first_latency = None
         stream = self.stream(text, speaker, speed=speed, seed=seed,
-                             num_speech_tokens=num_speech_tokens)
+                             num_speech_tokens=num_speech_tokens, **mode_inputs)
         for chunk in stream:
             if first_latency is None:
                 first_latency = time.perf_counter() - start

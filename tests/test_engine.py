@@ -185,3 +185,30 @@ def test_synthesizer_without_model_dir_does_not_write_a_default(tmp_path, monkey
     with pytest.raises(ModelDirError, match="make-model"):
         Synthesizer()
     assert not target.exists()
+
+
+def test_mode_inputs_reach_the_mode_builders(tts, monkeypatch):
+    """A mode's builders get the validated request (its mode inputs) and the tokenizer: what a
+    new mode needs (docs/architecture.md, "Where things go")."""
+    from cosyvino.families.base import Mode
+    from cosyvino.families.cosyvoice1 import modes as v1_modes
+
+    seen = {}
+
+    def prefix(request, tokenize):
+        seen["instruction"] = request.instruction
+        seen["tokens"] = tokenize(request.instruction)
+        return v1_modes.LLMPrefix(embedding=None,
+                                  prompt_text_token=np.asarray([seen["tokens"]], np.int64))
+
+    monkeypatch.setitem(v1_modes.MODES, "say", Mode("say", needs_instruction=True))
+    monkeypatch.setitem(v1_modes.BUILDERS, "say", (prefix, v1_modes.BUILDERS["sft"][1]))
+    assert "say" in tts.modes
+    with pytest.raises(InputError, match="mode 'say' needs instruction"):
+        tts.synthesize("你好。", tts.speakers[0], mode="say")
+    a = tts.synthesize("你好。", tts.speakers[0], mode="say", instruction="calm", seed=2)
+    b = tts.synthesize("你好。", tts.speakers[0], mode="say", instruction="loud", seed=2)
+    assert seen["instruction"] == "loud" and seen["tokens"] == tts.frontend.tokenize("loud")
+    assert a.samples.size and not np.array_equal(a.samples, b.samples)
+    with pytest.raises(TypeError):
+        tts.synthesize("你好。", tts.speakers[0], style="x")

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 import toyfamily  # noqa: E402  (tests/ is on sys.path: tests/conftest.py's dir)
 from cosyvino import Synthesizer  # noqa: E402
+from cosyvino.errors import BackendError  # noqa: E402
 from cosyvino.families import detect_family, family_classes, get_family  # noqa: E402
 from cosyvino.plugins import get_plugin_manager  # noqa: E402
 from cosyvino.request import SynthesisRequest  # noqa: E402
@@ -76,8 +77,8 @@ def ort_tts(toy_onnx):
 
 
 def _request(seed: int, text: str = TEXT, **kw) -> SynthesisRequest:
-    # the toy's one mode is "speak": SynthesisRequest's default mode ("sft") is CosyVoice's
-    return SynthesisRequest(text=text, voice="ada", mode="speak", seed=seed, **kw)
+    # mode None = the family's default, the toy's one mode "speak"
+    return SynthesisRequest(text=text, voice="ada", seed=seed, **kw)
 
 
 def _maxabs(a, b) -> float:
@@ -94,6 +95,28 @@ def test_registered_through_the_hook_and_detected(toy_family, toy_dir):
     assert detect_family(TINY_A).name == "cosyvoice1"
     cfg = toy_family.read_config(toy_dir)
     assert list(toy_family.graphs(cfg)) == ["speaker", "embed", "lm", "acoustic", "vocoder"]
+
+
+def test_keyword_api_uses_the_family_default_mode(torch_tts):
+    assert torch_tts.modes == ["speak"]
+    a = torch_tts.synthesize(TEXT, "ada", seed=3)
+    np.testing.assert_array_equal(a.samples, torch_tts.synthesize(_request(3)).samples)
+
+
+def test_openvino_refuses_another_family(toy_dir):
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is None:
+        pytest.skip("openvino is not installed")
+    with pytest.raises(BackendError, match="serves the cosyvoice1 family"):
+        Synthesizer(toy_dir, backend="openvino")
+
+
+def test_planner_sees_the_family_through_torch(toy_dir):
+    from cosyvino.plugins import get_backend
+
+    caps = get_backend("torch").capabilities(toy_dir)
+    assert caps.ready and "toyvoice" in caps.reason
 
 
 # ---- torch: the generic graph runner ----------------------------------------------------------

@@ -197,14 +197,16 @@ class Mode:
         name: the mode name requests use.
         doc: one line.
         needs_speaker: a built-in speaker or registered voice is required.
-        needs_prompt: a prompt recording (+ prompt text) is required.
+        needs_prompt_audio: a prompt recording (``prompt_audio``) is required.
+        needs_prompt_text: the prompt recording's transcript (``prompt_text``) is required.
         needs_instruction: an instruction text is required.
     """
 
     name: str
     doc: str = ""
     needs_speaker: bool = True
-    needs_prompt: bool = False
+    needs_prompt_audio: bool = False
+    needs_prompt_text: bool = False
     needs_instruction: bool = False
 
 

@@ -284,6 +284,13 @@ class OpenVINOBackend(Backend):
         ok, why = cls.is_available()
         if not ok:
             raise BackendError(why)
+        from cosyvino.families import detect_family
+
+        family = detect_family(model_dir)
+        if family.name != "cosyvoice1":  # the IR export and these stages are v1's
+            raise BackendError(f"the openvino backend serves the cosyvoice1 family; "
+                               f"{model_dir} is {family.name!r}: use --backend onnxruntime or "
+                               "torch (they run any family's graph table)")
         from .stages import OpenVINOStages
 
         return OpenVINOStages(model_dir, **options)

@@ -52,6 +52,16 @@ class TorchBackend(Backend):
     def capabilities(cls, model_dir: str | None, probe=None) -> Capabilities:
         """Ready when ``model_dir`` holds ``cosyvoice.yaml`` and the three ``.pt`` files; the
         speed reference (1.0); resident memory ~ the ``.pt`` sizes (fp32 weights, mmap'ed)."""
+        other = _other_family(model_dir)
+        if other is not None:  # a family other than v1: its own official files
+            missing = [f for f in other.source_files(model_dir)
+                       if not os.path.isfile(os.path.join(model_dir, f))]
+            if missing:
+                return Capabilities(ready=False, reason=f"no {', '.join(missing)} in "
+                                    f"{model_dir} ({other.name} checkpoint)")
+            return Capabilities(ready=True, thread_safe=True, precisions=("fp32",),
+                                reason=f"PyTorch checkpoint of {other.name} in {model_dir} "
+                                "(generic graph runner)")
         inv = cls.inventory_of(model_dir, probe)
         model = getattr(probe, "model", None) or {}
         described = bool(model) and model.get("dir", "") == (model_dir or "")
@@ -92,6 +102,19 @@ class TorchBackend(Backend):
                 raise BackendError(f"num_threads must be >= 1, got {num_threads}")
             torch.set_num_threads(int(num_threads))
         return load_stages(model_dir)
+
+
+def _other_family(model_dir: str | None):
+    """The family of ``model_dir`` when it is a registered family other than CosyVoice v1."""
+    if not model_dir or not os.path.isdir(model_dir):
+        return None
+    from cosyvino.families import detect_family
+
+    try:
+        family = detect_family(model_dir)
+    except Exception:  # noqa: BLE001 - capabilities must not raise; v1's reasons apply
+        return None
+    return None if family.name == "cosyvoice1" else family
 
 
 @cosyvino.hookimpl

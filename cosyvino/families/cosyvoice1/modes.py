@@ -1,22 +1,27 @@
-"""CosyVoice v1 modes: how each builds the LLM prefix and the flow conditioning (architecture
-sheet section 3.8). Must not import torch.
+"""CosyVoice v1 modes: what each needs from a request and how it builds the LLM prefix and the
+flow conditioning (architecture sheet section 3.8). Must not import torch.
 
-Only ``sft`` (a built-in speaker of an SFT model) runs today; zero-shot, cross-lingual, instruct
-and voice conversion are added here, each as a :class:`Mode` entry plus its two builders.
+A mode is one :class:`Mode` entry in :data:`MODES` (what ``SynthesisRequest.validated``
+checks: speaker, prompt audio/text, instruction) and its two builders in :data:`BUILDERS`:
+``llm_prefix(request, tokenize) -> LLMPrefix`` and ``flow_conditioning(request) ->
+FlowConditioning``; both get the validated request (its ``voice`` a
+:class:`cosyvino.voices.Voice`, its mode inputs) and ``tokenize`` is the family frontend's text
+tokenizer (str -> list of int). The program calls them once per request; nothing else changes
+for a new mode. Only ``sft`` (a built-in speaker of an SFT model) runs today.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from ..base import Mode
-from cosyvino.voices import Voice
 
 SFT = Mode("sft", "a built-in speaker (spk2info.pt) of an SFT model", needs_speaker=True)
 
-#: the modes requests may name
+#: the modes requests may name; the first is the default (``SynthesisRequest.mode`` None)
 MODES = {m.name: m for m in (SFT,)}
 
 
@@ -27,7 +32,8 @@ class LLMPrefix:
 
     Attributes:
         embedding: float32 [1, 192] for the SPK slot (None: no slot, instruct mode).
-        prompt_text_token: int64 [1, L] prompt transcript tokens (None: none).
+        prompt_text_token: int64 [1, L] tokens encoded before the text (a prompt transcript,
+            or an instruction; None: none).
         prompt_speech_token: int64 [1, N] prompt speech tokens (None: none).
     """
 
@@ -46,15 +52,26 @@ class FlowConditioning:
     prompt_feat: np.ndarray | None = None
 
 
-def llm_prefix(mode: str, voice: Voice) -> LLMPrefix:
-    """The LLM prefix of ``mode`` for ``voice`` (sft: speaker embedding only)."""
-    if mode == SFT.name:
-        return LLMPrefix(embedding=voice.embedding)
-    raise NotImplementedError(mode)
+Tokenize = Callable[[str], list]
 
 
-def flow_conditioning(mode: str, voice: Voice) -> FlowConditioning:
-    """The flow conditioning of ``mode`` for ``voice`` (sft: speaker embedding, no prompt)."""
-    if mode == SFT.name:
-        return FlowConditioning(embedding=voice.embedding)
-    raise NotImplementedError(mode)
+def _sft_prefix(request, tokenize: Tokenize) -> LLMPrefix:
+    return LLMPrefix(embedding=request.voice.embedding)
+
+
+def _sft_conditioning(request) -> FlowConditioning:
+    return FlowConditioning(embedding=request.voice.embedding)
+
+
+#: mode name -> (llm_prefix builder, flow_conditioning builder)
+BUILDERS = {SFT.name: (_sft_prefix, _sft_conditioning)}
+
+
+def llm_prefix(request, tokenize: Tokenize) -> LLMPrefix:
+    """The LLM prefix of a validated request in its mode."""
+    return BUILDERS[request.mode][0](request, tokenize)
+
+
+def flow_conditioning(request) -> FlowConditioning:
+    """The flow conditioning of a validated request in its mode."""
+    return BUILDERS[request.mode][1](request)

@@ -45,8 +45,8 @@ class CosyVoice1Program(Program):
         else:
             self.segments = frontend.segments(request.text)  # raises EmptyTextError
         self.total_segments = len(self.segments)
-        self.prefix = v1_modes.llm_prefix(request.mode, request.voice)
-        self.cond = v1_modes.flow_conditioning(request.mode, request.voice)
+        self.prefix = v1_modes.llm_prefix(request, frontend.tokenize)
+        self.cond = v1_modes.flow_conditioning(request)
         self.index = 0
         self._session = None
         self._begin_segment()
