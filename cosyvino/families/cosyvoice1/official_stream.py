@@ -1,0 +1,232 @@
+"""The official CosyVoice v1 token-hop streaming of flow + vocoder (numpy only, no torch).
+
+Upstream: ``CosyVoiceModel.tts(stream=True)`` / ``token2wav`` (``cosyvoice/cli/model.py``),
+``ConditionalCFM.forward`` (flow cache) and ``HiFTGenerator.inference`` (cache source); the
+architecture sheet, section 7. Not wired into the engine yet: this module is the algorithm and
+its golden parity (tests/test_official_stream.py).
+
+Per utterance:
+
+* Token schedule (:func:`hop_windows`): while at least ``hop + overlap`` (120) tokens are
+  pending, the first 120 go through the flow with ``finalize=False`` and the first 100 are
+  dropped (the last 20 stay as the overlap of the next chunk); when the LLM has ended, the
+  remainder goes through with ``finalize=True``.
+* Flow cache: the CFM noise and mu of the prompt frames and of the last 34 frames of a chunk are
+  kept; the next chunk's first ``prompt + 34`` frames of noise and mu are overwritten with them
+  (the drawn noise is given BEFORE that overwrite).
+* Mel cross-fade: the first 34 frames of a new mel are blended with the previous chunk's held-back
+  last 34 frames with the two halves of ``numpy.hamming(68)``.
+* HiFT cache: the last 20 mel frames, 5120 source samples and 5120 speech samples of the previous
+  vocoder call; the mel frames are prepended, the source samples overwrite the start of the new
+  source (given BEFORE that overwrite), and the first 5120 output samples are blended with the
+  cached speech using ``numpy.hamming(10240)``. A non-final chunk holds back its last 34 mel
+  frames (next cross-fade) and its last 5120 samples (next speech cross-fade).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cosyvino.errors import InputError
+from cosyvino.families.cosyvoice1.cfm import solve_euler_cfg
+from cosyvino.families.cosyvoice1.length_regulation import (interpolation_matrix,
+                                                            mel_frames_for_tokens)
+from cosyvino.families.cosyvoice1.nsf import draw_source_noise
+from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages
+
+
+@dataclass(frozen=True)
+class StreamConstants:
+    """Upstream v1 streaming constants (``CosyVoiceModel.__init__``)."""
+
+    token_min_hop_len: int = 100
+    token_max_hop_len: int = 200
+    token_overlap_len: int = 20
+    mel_overlap_len: int = 34
+    mel_cache_len: int = 20
+    source_cache_len: int = 5120
+    stream_scale_factor: float = 1
+
+    @classmethod
+    def from_mapping(cls, values) -> "StreamConstants":
+        """From a mapping with (some of) the field names (e.g. stream.pt ``constants``)."""
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in dict(values).items() if k in names})
+
+
+def hop_windows(n_tokens: int, constants: StreamConstants = StreamConstants()
+                ) -> list[tuple[int, int, bool]]:
+    """The ``(start, stop, finalize)`` token windows of an utterance of ``n_tokens`` tokens when
+    all tokens are known (the LLM has ended): chunks of ``hop + overlap`` tokens advancing by
+    ``hop`` while that many are pending, then the remainder as the final chunk. The hop stays
+    ``token_min_hop_len`` with ``stream_scale_factor`` 1 (upstream grows it by that factor after
+    each chunk, capped at ``token_max_hop_len``)."""
+    c = constants
+    hop = c.token_min_hop_len
+    start, out = 0, []
+    while n_tokens - start >= hop + c.token_overlap_len:
+        out.append((start, start + hop + c.token_overlap_len, False))
+        start += hop
+        hop = min(c.token_max_hop_len, int(hop * c.stream_scale_factor))
+    out.append((start, n_tokens, True))
+    return out
+
+
+def fade_in_out(fade_in: np.ndarray, fade_out: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """Upstream ``fade_in_out``: the first ``len(window)//2`` entries (last axis) of ``fade_in``
+    become ``fade_in * window[:n] + fade_out[-n:] * window[n:]``; computed in float64 (the
+    window is float64 upstream) and stored back as float32."""
+    n = window.shape[0] // 2
+    out = np.array(fade_in, dtype=np.float32, copy=True)
+    head = (out[..., :n].astype(np.float64) * window[:n]
+            + np.asarray(fade_out, np.float64)[..., -n:] * window[n:])
+    out[..., :n] = head.astype(np.float32)
+    return out
+
+
+class OfficialTokenHopStream:
+    """One utterance's flow + vocoder state in the official v1 token-hop streaming.
+
+    ``stages``: loaded :class:`CosyVoice1Stages`; ``embedding`` float32 [1, 192] (the raw flow
+    speaker embedding); ``prompt_token`` int [N1] and ``prompt_feat`` float32 [M1, 80] (or
+    [1, M1, 80]) for the zero-shot case. Call :meth:`hop` once per chunk, in order, with the
+    tokens of :func:`hop_windows`. Not thread-safe.
+    """
+
+    def __init__(self, stages: CosyVoice1Stages, embedding: np.ndarray, *,
+                 prompt_token: np.ndarray | None = None,
+                 prompt_feat: np.ndarray | None = None,
+                 constants: StreamConstants = StreamConstants()):
+        self.stages = stages
+        self.config = stages.config
+        self.constants = constants
+        n_mels = self.config.flow.output_size
+        self.embedding = np.asarray(embedding, np.float32).reshape(1, -1)
+        self.prompt_token = (np.zeros(0, np.int64) if prompt_token is None
+                             else np.asarray(prompt_token, np.int64).reshape(-1))
+        self.prompt_feat = (np.zeros((0, n_mels), np.float32) if prompt_feat is None
+                            else np.asarray(prompt_feat, np.float32).reshape(-1, n_mels))
+        if (self.prompt_token.size == 0) != (self.prompt_feat.shape[0] == 0):
+            raise InputError("prompt_token and prompt_feat go together")
+        self.mel_window = np.hamming(2 * constants.mel_overlap_len)
+        self.speech_window = np.hamming(2 * constants.source_cache_len)
+        # flow cache: (noise, mu) float32 [1, 80, C] each, C = 0 before the first chunk
+        self.flow_cache: tuple[np.ndarray, np.ndarray] | None = None
+        self.mel_overlap = np.zeros((1, n_mels, 0), np.float32)
+        self.hift_cache: dict[str, np.ndarray] | None = None
+        self.finished = False
+
+    # ---- flow ------------------------------------------------------------------------------
+    def flow_frames(self, n_tokens: int) -> int:
+        """M1 + M2: the CFM noise frames of a chunk of ``n_tokens`` tokens."""
+        return self.prompt_feat.shape[0] + self._m2(n_tokens)
+
+    def _m2(self, n_tokens: int) -> int:
+        return mel_frames_for_tokens(n_tokens, token_rate=self.config.flow.input_frame_rate,
+                                     sample_rate=self.config.sample_rate,
+                                     hop=self.config.hift.hop_length)
+
+    def _flow(self, tokens: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        fcfg = self.config.flow
+        n1, n2 = self.prompt_token.size, tokens.size
+        m1, m2 = self.prompt_feat.shape[0], self._m2(n2)
+        m = m1 + m2
+        h, spks = self.stages.flow_encode(np.concatenate([self.prompt_token, tokens])[None, :],
+                                          self.embedding)
+        mu = self.stages.length_regulate(h, interpolation_matrix(n1, n2, m1, m2))
+        mu = np.array(mu.transpose(0, 2, 1), dtype=np.float32, order="C")  # [1, 80, M]
+        z = np.array(noise, dtype=np.float32, copy=True).reshape(1, fcfg.output_size, -1)
+        if z.shape[-1] != m:
+            raise InputError(f"flow noise has {z.shape[-1]} frames, expected {m}")
+        if self.flow_cache is not None:
+            cz, cmu = self.flow_cache
+            c = cz.shape[-1]
+            z[..., :c] = cz
+            mu[..., :c] = cmu
+        tail = self.constants.mel_overlap_len
+        self.flow_cache = (np.concatenate([z[..., :m1], z[..., m - tail:]], axis=-1),
+                           np.concatenate([mu[..., :m1], mu[..., m - tail:]], axis=-1))
+        cond = np.zeros((1, fcfg.output_size, m), np.float32)
+        cond[0, :, :m1] = self.prompt_feat.T
+        mask = np.ones((1, 1, m), np.float32)
+        mel = solve_euler_cfg(self.stages.estimate, z, mask, mu, spks, cond,
+                              n_timesteps=fcfg.cfm.n_timesteps,
+                              cfg_rate=fcfg.cfm.inference_cfg_rate)
+        return np.ascontiguousarray(mel[:, :, m1:])
+
+    # ---- vocoder ---------------------------------------------------------------------------
+    def _hift(self, mel: np.ndarray, source: np.ndarray | None, cache_source: np.ndarray,
+              rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+        h = self.config.hift
+        mel = np.ascontiguousarray(mel, np.float32)
+        n = mel.shape[-1]
+        if source is None:
+            if rng is None:
+                raise InputError("hop needs rng or source")
+            f0 = self.stages.vocoder_f0(mel)
+            phase, noise = draw_source_noise(rng, n, h.nb_harmonics, h.hop_length)
+            source = self.stages.vocoder_source(f0, phase, noise)
+        s = np.array(source, dtype=np.float32, copy=True).reshape(1, 1, -1)
+        if s.shape[-1] != h.hop_length * n:
+            raise InputError(f"vocoder source has {s.shape[-1]} samples, expected "
+                             f"{h.hop_length * n} ({n} mel frames)")
+        c = cache_source.shape[-1]
+        if c:
+            s[..., :c] = cache_source
+        wav = self.stages.vocoder_decode(mel, s)
+        return np.asarray(wav, np.float32).reshape(1, -1), s
+
+    def vocoder_frames(self, n_tokens: int, finalize: bool) -> int:
+        """Mel frames the vocoder decodes for the next chunk of ``n_tokens`` tokens (its NSF
+        source has ``hop_length`` times as many samples)."""
+        n = self._m2(n_tokens)
+        if self.hift_cache is not None:
+            n += self.hift_cache["mel"].shape[-1]
+        return n if finalize else n - self.constants.mel_overlap_len
+
+    # ---- one hop ---------------------------------------------------------------------------
+    def hop(self, tokens: np.ndarray, finalize: bool, noise: np.ndarray | None = None,
+            source: np.ndarray | None = None, rng: np.random.Generator | None = None
+            ) -> np.ndarray:
+        """Upstream ``token2wav`` for one chunk: ``tokens`` int [N] (this chunk's window, overlap
+        included) -> the float32 waveform [n] this chunk emits.
+
+        ``noise`` float32 [1, 80, M1 + M2] (:meth:`flow_frames`) and ``source`` float32
+        [1, 1, 256 * T] (T = :meth:`vocoder_frames`) are the random draws BEFORE the cache
+        overwrites their first frames/samples; either may be None to draw it from ``rng``.
+        """
+        if self.finished:
+            raise InputError("the stream has already been finalized")
+        c = self.constants
+        tokens = np.asarray(tokens, np.int64).reshape(-1)
+        if tokens.size == 0:
+            raise InputError("no speech tokens in this hop")
+        if noise is None:
+            if rng is None:
+                raise InputError("hop needs rng or noise")
+            noise = rng.standard_normal((1, self.config.flow.output_size,
+                                         self.flow_frames(tokens.size)), dtype=np.float32)
+        mel = self._flow(tokens, noise)
+        if self.mel_overlap.shape[-1]:
+            mel = fade_in_out(mel, self.mel_overlap, self.mel_window)
+        if self.hift_cache is not None:
+            mel = np.concatenate([self.hift_cache["mel"], mel], axis=-1)
+            cache_source = self.hift_cache["source"]
+        else:
+            cache_source = np.zeros((1, 1, 0), np.float32)
+        if not finalize:
+            self.mel_overlap = np.ascontiguousarray(mel[..., -c.mel_overlap_len:])
+            mel = mel[..., :-c.mel_overlap_len]
+        speech, s = self._hift(mel, source, cache_source, rng)
+        if self.hift_cache is not None:
+            speech = fade_in_out(speech, self.hift_cache["speech"], self.speech_window)
+        if finalize:
+            self.finished = True
+            self.hift_cache = None
+            return speech.reshape(-1)
+        self.hift_cache = {"mel": np.ascontiguousarray(mel[..., -c.mel_cache_len:]),
+                           "source": np.ascontiguousarray(s[..., -c.source_cache_len:]),
+                           "speech": np.ascontiguousarray(speech[:, -c.source_cache_len:])}
+        return np.ascontiguousarray(speech[0, :-c.source_cache_len])
