@@ -20,7 +20,7 @@ import numpy as np
 from cosyvino.audio import Audio
 from cosyvino.engine.program import Phase, Program
 from cosyvino.errors import EmptyTextError, InputError
-from cosyvino.timing import StageTimes
+from cosyvino.timing import StageTimes, audio_stats
 
 from . import ToyConfig
 
@@ -147,16 +147,9 @@ class ToyProgram(Program):
         tokens = np.asarray(self.tokens, np.int64)
         audio = Audio(samples.astype(np.float32), self.config.sample_rate, tokens)
         wall = time.perf_counter() - self.started
-        audio.stats = {
-            "stages": self.times.as_dict(),
-            "speech_tokens": int(tokens.size),
-            "audio_seconds": round(audio.duration, 4),
-            "wall_seconds": round(wall, 4),
-            "rtf": round(wall / audio.duration, 4) if audio.duration > 0 else None,
-            "text": self.segments[self.index].text,
-            "segment": self.index,
-            "seed": self.request.seed,
-        }
+        audio.stats = {**audio_stats(self.times, audio.duration, wall, int(tokens.size)),
+                       "text": self.segments[self.index].text, "segment": self.index,
+                       "seed": self.request.seed}
         self.index += 1
         if self.index < self.total_segments:
             self._begin_segment()

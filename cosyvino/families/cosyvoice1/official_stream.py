@@ -30,10 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from cosyvino.errors import InputError
-from cosyvino.families.cosyvoice1.cfm import solve_euler_cfg
-from cosyvino.families.cosyvoice1.length_regulation import (interpolation_matrix,
-                                                            mel_frames_for_tokens)
+from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
 from cosyvino.families.cosyvoice1.nsf import draw_source_noise
+from cosyvino.families.cosyvoice1.pipeline import Pipeline
 from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages
 
 
@@ -101,6 +100,7 @@ class OfficialTokenHopStream:
                  constants: StreamConstants = StreamConstants()):
         self.stages = stages
         self.config = stages.config
+        self.pipeline = Pipeline(stages)
         self.constants = constants
         n_mels = self.config.flow.output_size
         self.embedding = np.asarray(embedding, np.float32).reshape(1, -1)
@@ -129,18 +129,15 @@ class OfficialTokenHopStream:
                                      hop=self.config.hift.hop_length)
 
     def _flow(self, tokens: np.ndarray, noise: np.ndarray) -> np.ndarray:
-        fcfg = self.config.flow
-        n1, n2 = self.prompt_token.size, tokens.size
-        m1, m2 = self.prompt_feat.shape[0], self._m2(n2)
-        m = m1 + m2
-        h, spks = self.stages.flow_encode(np.concatenate([self.prompt_token, tokens])[None, :],
-                                          self.embedding)
-        mu = self.stages.length_regulate(h, interpolation_matrix(n1, n2, m1, m2))
-        mu = np.array(mu.transpose(0, 2, 1), dtype=np.float32, order="C")  # [1, 80, M]
-        z = np.array(noise, dtype=np.float32, copy=True).reshape(1, fcfg.output_size, -1)
+        inputs = self.pipeline.flow_inputs(tokens, self.embedding,
+                                           prompt_token=self.prompt_token,
+                                           prompt_feat=self.prompt_feat)
+        mu, m1 = inputs.mu, inputs.prompt_frames
+        m = mu.shape[-1]
+        z = np.array(noise, dtype=np.float32, copy=True).reshape(1, mu.shape[1], -1)
         if z.shape[-1] != m:
             raise InputError(f"flow noise has {z.shape[-1]} frames, expected {m}")
-        if self.flow_cache is not None:
+        if self.flow_cache is not None:  # the official overwrites the first frames of both
             cz, cmu = self.flow_cache
             c = cz.shape[-1]
             z[..., :c] = cz
@@ -148,13 +145,7 @@ class OfficialTokenHopStream:
         tail = self.constants.mel_overlap_len
         self.flow_cache = (np.concatenate([z[..., :m1], z[..., m - tail:]], axis=-1),
                            np.concatenate([mu[..., :m1], mu[..., m - tail:]], axis=-1))
-        cond = np.zeros((1, fcfg.output_size, m), np.float32)
-        cond[0, :, :m1] = self.prompt_feat.T
-        mask = np.ones((1, 1, m), np.float32)
-        mel = solve_euler_cfg(self.stages.estimate, z, mask, mu, spks, cond,
-                              n_timesteps=fcfg.cfm.n_timesteps,
-                              cfg_rate=fcfg.cfm.inference_cfg_rate)
-        return np.ascontiguousarray(mel[:, :, m1:])
+        return self.pipeline.solve_flow(z, inputs)
 
     # ---- vocoder ---------------------------------------------------------------------------
     def _hift(self, mel: np.ndarray, source: np.ndarray | None, cache_source: np.ndarray,

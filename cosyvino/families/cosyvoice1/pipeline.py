@@ -9,6 +9,7 @@ fixed stage computations of :class:`.stages.CosyVoice1Stages`. Must not import t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -79,6 +80,19 @@ def vocoder_chunks(n_frames: int, chunk_frames: int | None,
     return windows
 
 
+@dataclass(frozen=True)
+class FlowInputs:
+    """The CFM conditioning of one flow call (M = M1 prompt frames + M2 generated frames):
+    ``mu`` float32 [1, 80, M] (length-regulated encoder output), ``spks`` float32 [1, 80]
+    (projected speaker), ``cond`` float32 [1, 80, M] (prompt mel in the first M1 frames, zeros
+    after), ``prompt_frames`` M1."""
+
+    mu: np.ndarray
+    spks: np.ndarray
+    cond: np.ndarray
+    prompt_frames: int
+
+
 class Pipeline:
     """Text tokens -> speech tokens -> mel -> waveform on one loaded :class:`CosyVoice1Stages`."""
 
@@ -120,6 +134,28 @@ class Pipeline:
                 np.asarray(prompt_speech_token, dtype=np.int64).reshape(1, -1)))
         return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
 
+    def decoding_bounds(self, n_text: int, num_tokens: int | None = None) -> tuple[int, int]:
+        """``(min_len, max_len)`` speech tokens for ``n_text`` tts text tokens: EOS is
+        forbidden before ``int(2 * n_text)`` and decoding stops at ``int(20 * n_text)``
+        (upstream ``min_token_text_ratio`` / ``max_token_text_ratio``); ``num_tokens`` forces
+        exactly that many. Raises InputError for ``num_tokens`` < 1."""
+        if num_tokens is not None:
+            if num_tokens < 1:
+                raise InputError(f"num_tokens must be >= 1, got {num_tokens}")
+            return num_tokens, num_tokens
+        cfg = self.config.llm
+        return int(n_text * cfg.min_token_text_ratio), int(n_text * cfg.max_token_text_ratio)
+
+    def sample_token(self, logp: np.ndarray, decoded: list[int], rng: np.random.Generator,
+                     min_len: int) -> int:
+        """The next speech token (RAS) from ``logp`` float32 [V+1] after ``decoded``; EOS is
+        masked while fewer than ``min_len`` tokens are decoded."""
+        cfg = self.config.llm
+        if len(decoded) < min_len:
+            logp = logp.copy()
+            logp[cfg.eos_token] = -np.inf
+        return ras_sample(logp, decoded, rng, cfg.sampling)
+
     def generate_speech_tokens(self, text_token: np.ndarray, embedding: np.ndarray | None,
                                rng: np.random.Generator, *,
                                prompt_text_token: np.ndarray | None = None,
@@ -144,13 +180,7 @@ class Pipeline:
         if n_text == 0:
             raise InputError("no text tokens to synthesize")
         eos = cfg.eos_token
-        if num_tokens is not None:
-            if num_tokens < 1:
-                raise InputError(f"num_tokens must be >= 1, got {num_tokens}")
-            min_len, max_len = num_tokens, num_tokens
-        else:
-            min_len = int(n_text * cfg.min_token_text_ratio)
-            max_len = int(n_text * cfg.max_token_text_ratio)
+        min_len, max_len = self.decoding_bounds(n_text, num_tokens)
         lm_input = self.build_lm_input(text_token, embedding, prompt_text_token,
                                        prompt_speech_token, times)
         own_session = session is None
@@ -162,10 +192,7 @@ class Pipeline:
                 logp = session.forward(lm_input)
             for step in range(max_len):
                 with times.measure("llm_sampling"):
-                    if step < min_len:
-                        logp = logp.copy()
-                        logp[eos] = -np.inf
-                    token = ras_sample(logp, out, rng, cfg.sampling)
+                    token = self.sample_token(logp, out, rng, min_len)
                 if token == eos:
                     break
                 out.append(token)
@@ -184,18 +211,14 @@ class Pipeline:
         return np.asarray(out, dtype=np.int64)
 
     # ---- flow ------------------------------------------------------------------------------
-    def tokens_to_mel(self, tokens: np.ndarray, embedding: np.ndarray,
-                      rng: np.random.Generator | None = None, *,
-                      noise: np.ndarray | None = None,
-                      prompt_token: np.ndarray | None = None,
-                      prompt_feat: np.ndarray | None = None,
-                      times: StageTimes | None = None) -> np.ndarray:
-        """Speech tokens int [N2] -> mel float32 [1, 80, M2], M2 = int(N2 / 50 * 22050 / 256).
-
-        ``prompt_token`` int [N1] and ``prompt_feat`` float32 [M1, 80] (or [1, M1, 80]) condition
-        on a prompt (zero-shot); ``noise`` float32 [1, 80, M1 + M2] replaces the draw from
-        ``rng`` (parity tests).
-        """
+    def flow_inputs(self, tokens: np.ndarray, embedding: np.ndarray, *,
+                    prompt_token: np.ndarray | None = None,
+                    prompt_feat: np.ndarray | None = None,
+                    times: StageTimes | None = None) -> FlowInputs:
+        """The CFM conditioning of speech tokens int [N2] (prompt ⧺ tokens through the flow
+        encoder and length regulator): see :class:`FlowInputs`. ``prompt_token`` int [N1] and
+        ``prompt_feat`` float32 [M1, 80] (or [1, M1, 80]) condition on a prompt (zero-shot).
+        Raises InputError for no tokens."""
         times = times or StageTimes()
         fcfg = self.config.flow
         gen = np.asarray(tokens, dtype=np.int64).reshape(-1)
@@ -215,20 +238,44 @@ class Pipeline:
                                               np.asarray(embedding, np.float32).reshape(1, -1))
             interp = interpolation_matrix(n1, n2, m1, m2)
             mu = self.stages.length_regulate(h, interp)  # [1, M, 80]
-        m = m1 + m2
-        mu_cm = np.ascontiguousarray(mu.transpose(0, 2, 1))
-        cond = np.zeros((1, fcfg.output_size, m), dtype=np.float32)
+        cond = np.zeros((1, fcfg.output_size, m1 + m2), dtype=np.float32)
         cond[0, :, :m1] = feat.T
-        mask = np.ones((1, 1, m), dtype=np.float32)
+        return FlowInputs(np.array(mu.transpose(0, 2, 1), dtype=np.float32, order="C"), spks,
+                          cond, m1)
+
+    def solve_flow(self, noise: np.ndarray, inputs: FlowInputs,
+                   times: StageTimes | None = None) -> np.ndarray:
+        """CFM Euler + CFG from ``noise`` float32 [1, 80, M] on ``inputs`` -> the generated
+        part of the mel, float32 [1, 80, M - M1]."""
+        times = times or StageTimes()
+        fcfg = self.config.flow
+        mask = np.ones((1, 1, inputs.mu.shape[-1]), dtype=np.float32)
+        with times.measure("flow_estimator"):
+            mel = solve_euler_cfg(self.stages.estimate, noise, mask, inputs.mu, inputs.spks,
+                                  inputs.cond, n_timesteps=fcfg.cfm.n_timesteps,
+                                  cfg_rate=fcfg.cfm.inference_cfg_rate)
+        return np.ascontiguousarray(mel[:, :, inputs.prompt_frames:])
+
+    def tokens_to_mel(self, tokens: np.ndarray, embedding: np.ndarray,
+                      rng: np.random.Generator | None = None, *,
+                      noise: np.ndarray | None = None,
+                      prompt_token: np.ndarray | None = None,
+                      prompt_feat: np.ndarray | None = None,
+                      times: StageTimes | None = None) -> np.ndarray:
+        """Speech tokens int [N2] -> mel float32 [1, 80, M2], M2 = int(N2 / 50 * 22050 / 256)
+        (:meth:`flow_inputs` then :meth:`solve_flow`).
+
+        ``prompt_token`` int [N1] and ``prompt_feat`` float32 [M1, 80] (or [1, M1, 80]) condition
+        on a prompt (zero-shot); ``noise`` float32 [1, 80, M1 + M2] replaces the draw from
+        ``rng`` (parity tests).
+        """
+        inputs = self.flow_inputs(tokens, embedding, prompt_token=prompt_token,
+                                  prompt_feat=prompt_feat, times=times)
         if noise is None:
             if rng is None:
                 raise InputError("tokens_to_mel needs rng or noise")
-            noise = rng.standard_normal((1, fcfg.output_size, m), dtype=np.float32)
-        with times.measure("flow_estimator"):
-            mel = solve_euler_cfg(self.stages.estimate, noise, mask, mu_cm, spks, cond,
-                                  n_timesteps=fcfg.cfm.n_timesteps,
-                                  cfg_rate=fcfg.cfm.inference_cfg_rate)
-        return np.ascontiguousarray(mel[:, :, m1:])
+            noise = rng.standard_normal(inputs.mu.shape, dtype=np.float32)
+        return self.solve_flow(noise, inputs, times)
 
     # ---- vocoder ---------------------------------------------------------------------------
     def mel_to_wav(self, mel: np.ndarray, rng: np.random.Generator | None = None, *,

@@ -21,7 +21,6 @@ from cosyvino.timing import StageTimes, audio_stats
 from . import modes as v1_modes
 from .length_regulation import mel_frames_for_tokens
 from .pipeline import Pipeline, linear_resize_time
-from .sampling import ras_sample
 from .streaming import policy
 
 
@@ -63,12 +62,6 @@ class CosyVoice1Program(Program):
         else:
             self.phase = Phase.PREFILL
 
-    def _bounds(self, n_text: int) -> tuple[int, int]:
-        cfg = self.config.llm
-        if self.request.num_speech_tokens is not None:
-            return self.request.num_speech_tokens, self.request.num_speech_tokens
-        return int(n_text * cfg.min_token_text_ratio), int(n_text * cfg.max_token_text_ratio)
-
     def step(self) -> list[Audio]:
         if self.phase is Phase.PREFILL:
             self._prefill()
@@ -85,7 +78,8 @@ class CosyVoice1Program(Program):
         text = np.asarray(seg.token_ids, dtype=np.int64)[None, :]
         if text.size == 0:
             raise InputError("no text tokens to synthesize")
-        self.min_len, self.max_len = self._bounds(text.size)
+        self.min_len, self.max_len = self.pipeline.decoding_bounds(
+            text.size, self.request.num_speech_tokens)
         lm_input = self.pipeline.build_lm_input(text, self.prefix.embedding,
                                                 self.prefix.prompt_text_token,
                                                 self.prefix.prompt_speech_token, self.times)
@@ -96,16 +90,11 @@ class CosyVoice1Program(Program):
         self.phase = Phase.DECODE
 
     def _decode_step(self) -> None:
-        cfg = self.config.llm
-        step = len(self.tokens)
         with self.times.measure("llm_sampling"):
-            logp = self.logp
-            if step < self.min_len:
-                logp = logp.copy()
-                logp[cfg.eos_token] = -np.inf
-            token = ras_sample(logp, self.tokens, self.draws.sampling(self.index, step),
-                               cfg.sampling)
-        if token == cfg.eos_token:
+            token = self.pipeline.sample_token(
+                self.logp, self.tokens, self.draws.sampling(self.index, len(self.tokens)),
+                self.min_len)
+        if token == self.config.llm.eos_token:
             self._end_decoding()
             return
         self.tokens.append(token)
