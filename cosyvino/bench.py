@@ -3,7 +3,8 @@ and load time are per backend. Must not import torch (the torch backend's worker
 
 Fixed texts, forced speech-token counts (250 tokens = 5 s of audio per text), seed 0. Per
 backend: model load time, per-stage ms, LLM ms/token, estimator ms/call, vocoder ms, RTF,
-first-segment latency, peak RSS. Plus the LLM decode roofline: weight (+ mean KV cache) bytes
+first-segment latency, peak RSS; streamed (:func:`measure_stream`): first-chunk latency
+p50/p95, streaming RTF and underrun per hop schedule for a one- and a five-sentence text. Plus the LLM decode roofline: weight (+ mean KV cache) bytes
 read per generated token divided by a measured memory bandwidth (numpy copy).
 
 Worker entry point: ``python -m cosyvino.bench --worker BACKEND ...`` prints one JSON object.
@@ -26,6 +27,16 @@ TEXTS = (
     ("en", "英文女", "CosyVoice is a multilingual speech synthesis model that runs on ordinary servers."),
 )
 
+#: streaming texts (``cosyvino bench`` streaming rows): one sentence, and five sentences (the
+#: frontend merges them into a few segments); speech tokens are forced per segment
+STREAM_TEXTS = (
+    ("1 sentence", "收到好友从远方寄来的生日礼物，那份意外的惊喜与深深的祝福让我心中充满了甜蜜的快乐。", 1.0),
+    ("5 sentences", "今天的天气非常好。我们一起去公园散步吧。公园里有很多美丽的花。孩子们在草地上快乐地"
+                    "玩耍。傍晚的时候我们再回家吃饭。", 0.5),
+)
+#: hop schedules compared by the streaming rows ("segment" = what a non-streaming player gets)
+STREAM_SCHEDULES = ("latency", "official", "segment")
+
 #: (label, key in a backend result, format)
 ROWS = (
     ("model load (s)", "load_s", "{:.2f}"),
@@ -45,6 +56,54 @@ ROWS = (
     ("RTF", "rtf", "{:.3f}"),
     ("first-segment latency (s)", "first_segment_latency_s", "{:.2f}"),
 )
+#: streaming rows per (text, schedule): (label, key in a stream result, format)
+STREAM_ROWS = (
+    ("first chunk p50 (s)", "first_chunk_p50_s", "{:.2f}"),
+    ("first chunk p95 (s)", "first_chunk_p95_s", "{:.2f}"),
+    ("streaming RTF", "rtf", "{:.3f}"),
+    ("underrun after first chunk (s)", "underrun_s", "{:.2f}"),
+)
+
+
+def play_underrun(arrivals: list[tuple[float, float]]) -> float:
+    """Seconds a real-time player starting at the first chunk waits for later chunks.
+
+    ``arrivals``: (arrival time s, chunk duration s) in order. The player starts at the first
+    arrival and plays chunks back to back; whenever the next chunk arrives after the previous
+    one has finished playing, it waits (underrun) and resumes at the arrival."""
+    if not arrivals:
+        return 0.0
+    cursor, wait = arrivals[0][0], 0.0
+    for t, d in arrivals:
+        if t > cursor:
+            wait += t - cursor
+            cursor = t
+        cursor += d
+    return wait
+
+
+def measure_stream(tts, text: str, speaker: str, tokens: int, schedule: str,
+                   runs: int) -> dict:
+    """``runs`` streamed syntheses of ``text`` (seeds 0..runs-1, ``tokens`` forced speech
+    tokens per segment): first-chunk latency p50/p95, streaming RTF (wall / audio, mean) and
+    mean underrun seconds (:func:`play_underrun`)."""
+    firsts, rtfs, unders, chunks, audio = [], [], [], 0, 0.0
+    for seed in range(runs):
+        t0 = time.perf_counter()
+        arrivals = []
+        for chunk in tts.stream(text, speaker, seed=seed, num_speech_tokens=tokens,
+                                hop_schedule=schedule):
+            arrivals.append((time.perf_counter() - t0, chunk.duration))
+        wall = time.perf_counter() - t0
+        audio = sum(d for _, d in arrivals)
+        chunks = len(arrivals)
+        firsts.append(arrivals[0][0])
+        rtfs.append(wall / audio if audio else float("nan"))
+        unders.append(play_underrun(arrivals))
+    return {"schedule": schedule, "runs": runs, "chunks": chunks, "audio_s": audio,
+            "first_chunk_p50_s": float(np.percentile(firsts, 50)),
+            "first_chunk_p95_s": float(np.percentile(firsts, 95)),
+            "rtf": float(np.mean(rtfs)), "underrun_s": float(np.mean(unders))}
 
 
 def peak_rss_mb() -> float:
@@ -104,8 +163,10 @@ def _row(tts, audio) -> dict:
 
 
 def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
-               options: dict) -> dict:
-    """Load ``backend``, warm up, synthesize TEXTS with ``tokens`` forced tokens; averages."""
+               options: dict, stream_runs: int = 3) -> dict:
+    """Load ``backend``, warm up, synthesize TEXTS with ``tokens`` forced tokens; averages.
+    Then, unless ``stream_runs`` is 0, the streaming rows (:func:`measure_stream`) for
+    STREAM_TEXTS x STREAM_SCHEDULES."""
     from .synthesizer import Synthesizer
 
     t0 = time.perf_counter()
@@ -129,7 +190,16 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
     info = getattr(tts.stages, "compile_info", None)
     manifest = getattr(tts.stages, "manifest", None) or {}
     llm_weights = llm_weight_precision(manifest)
-    return {"backend": backend, "options": options, "threads": threads,
+    streaming = []
+    if stream_runs > 0:
+        speaker = TEXTS[0][1] if TEXTS[0][1] in tts.speakers else tts.speakers[0]
+        for label, text, share in STREAM_TEXTS:
+            for schedule in STREAM_SCHEDULES:
+                row = measure_stream(tts, text, speaker, max(1, int(tokens * share)), schedule,
+                                     stream_runs)
+                row["text"] = label
+                streaming.append(row)
+    return {"backend": backend, "streaming": streaming, "options": options, "threads": threads,
             "load_s": load_s, "peak_rss_mb": peak_rss_mb(), "load_peak_rss_mb": load_peak,
             "rows": rows, "mean": mean,
             "compile_info": info.get("llm") if info else None, "llm_weights": llm_weights,
@@ -157,9 +227,10 @@ def module_subprocess_env() -> dict:
 
 
 def run_backend_subprocess(backend: str, model_dir: str, tokens: int, threads: int | None,
-                           options: dict, timeout: float = 3600) -> dict:
+                           options: dict, timeout: float = 3600, stream_runs: int = 3) -> dict:
     cmd = [sys.executable, "-m", "cosyvino.bench", "--worker", backend, "--model-dir",
-           model_dir, "--tokens", str(tokens), "--options", json.dumps(options)]
+           model_dir, "--tokens", str(tokens), "--options", json.dumps(options),
+           "--stream-runs", str(stream_runs)]
     if threads:
         cmd += ["--threads", str(threads)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -220,6 +291,21 @@ def markdown(results: list[dict], roof: dict | None) -> str:
                                   for r in ok) + " |")
         lines.append("| measured / roofline | " + " | ".join(
             f"{roof['per_backend'][r['label']]['ratio']:.2f}x" for r in ok) + " |")
+    streams = [(r["label"], {(x["text"], x["schedule"]): x for x in r.get("streaming", [])})
+               for r in ok]
+    keys = [k for k in streams[0][1]] if streams else []
+    if keys:
+        lines += ["", "Streaming (`Synthesizer.stream`; the `segment` schedule is the "
+                  "non-streamed path's first chunk):", "",
+                  "| text | schedule | metric | " + " | ".join(n for n, _ in streams) + " |",
+                  "|---|---|---|" + "---:|" * len(streams)]
+        for text, schedule in keys:
+            audio = streams[0][1][(text, schedule)]["audio_s"]
+            for label, key, fmt in STREAM_ROWS:
+                cells = [fmt.format(m[(text, schedule)][key]) if (text, schedule) in m else ""
+                         for _, m in streams]
+                lines.append(f"| {text} ({audio:.1f} s) | {schedule} | {label} | "
+                             + " | ".join(cells) + " |")
     for r in results:
         if "error" in r:
             lines.append(f"\n{r['label']}: FAILED: {r['error'].splitlines()[-1]}")
@@ -233,8 +319,10 @@ def _worker_main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=250)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--options", default="{}")
+    ap.add_argument("--stream-runs", type=int, default=3)
     a = ap.parse_args(argv)
-    res = run_worker(a.worker, a.model_dir, a.tokens, a.threads, json.loads(a.options))
+    res = run_worker(a.worker, a.model_dir, a.tokens, a.threads, json.loads(a.options),
+                     a.stream_runs)
     print(json.dumps(res, ensure_ascii=False))
     return 0
 

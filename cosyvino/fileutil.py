@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
+from typing import BinaryIO, Iterator
 
 
 def publish(tmp_path: str, path: str) -> None:
@@ -14,6 +16,26 @@ def publish(tmp_path: str, path: str) -> None:
     os.umask(umask)
     os.chmod(tmp_path, 0o666 & ~umask)
     os.replace(tmp_path, path)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str) -> Iterator[BinaryIO]:
+    """Write ``path`` atomically: yields a binary file in the same directory; on a clean exit
+    it is flushed, fsynced and renamed onto ``path`` (:func:`publish`), on an error removed, so
+    readers see the old file or the whole new one, never a part. Raises OSError."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        publish(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def replace_dir(tmp_dir: str, out_dir: str) -> None:

@@ -21,8 +21,8 @@ from .errors import InputError, UnknownSpeakerError
 from .voices import Voice
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
-#: hop schedules a request may ask for (the token-level ones arrive with streaming)
-HOP_SCHEDULES = ("segment",)
+#: hop schedules a request may ask for (CosyVoice v1: cosyvino/families/cosyvoice1/streaming.py)
+HOP_SCHEDULES = ("latency", "official", "segment")
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,13 @@ class StreamingOptions:
     """How audio is cut into chunks.
 
     Attributes:
-        hop_schedule: ``"segment"``: one chunk per text segment (sentences merged up to ~80
-            tokens).
+        hop_schedule: ``"latency"`` (default): token hops with a small first hop that grows,
+            for the earliest first chunk; ``"official"``: the official v1 token hops (100 +
+            20 overlap; parity with the official streaming); ``"segment"``: one chunk per text
+            segment (sentences merged up to ~80 tokens), the official non-streaming audio.
     """
 
-    hop_schedule: str = "segment"
+    hop_schedule: str = "latency"
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,23 @@ class SynthesisRequest:
     """What to say, with which voice, in which mode.
 
     Attributes:
-        text: text to speak (zh/en/ja/yue/ko; language tags like ``<|en|>`` pass through).
+        text: text to speak (zh/en/ja/yue/ko; language tags like ``<|en|>`` pass through);
+            empty for voice conversion (``vc``).
         voice: a built-in speaker id or registered voice name, or a :class:`Voice`.
-        mode: a mode of the model's family (CosyVoice v1: ``sft``); None = the family's first
-            (default) mode.
-        prompt_text / prompt_audio / instruction: mode inputs (prompt transcript, prompt
-            recording as float32 samples, instruction text); None when the mode needs none.
+        mode: a mode of the loaded model (CosyVoice v1: ``sft``, ``zero_shot``,
+            ``cross_lingual``, ``instruct``, ``vc``, as the checkpoint offers them); None = the
+            first of the model's modes that fits the inputs given (v1: a source recording ->
+            ``vc``, a prompt with a transcript -> ``zero_shot``, a prompt alone ->
+            ``cross_lingual``, an instruction -> ``instruct``, a speaker alone -> ``sft``).
+        prompt_text: the transcript of ``prompt_audio`` (or of a registered voice's recording,
+            replacing the text stored with it); zero-shot.
+        prompt_audio: a prompt recording, instead of ``voice``: a path, the bytes of a file, a
+            binary file object, ``(samples, sample_rate)`` or an :class:`~cosyvino.audio.Audio`
+            (:data:`cosyvino.prompt_audio.AudioSource`). Turned into a prompt bundle (speaker
+            embedding, prompt speech tokens, prompt mel) once, at validation.
+        source_audio: the recording to convert (``vc``), same types as ``prompt_audio``; its
+            speech tokens are computed at validation.
+        instruction: instruction text (``instruct``, Instruct models).
         speed: 0.25..4.0, tempo change by mel interpolation (upstream ``speed``).
         seed: non-negative int; same seed, same audio however the audio is chunked or batched.
         num_speech_tokens: force exactly this many speech tokens per segment (50 = 1 s; benchmarks).
@@ -60,49 +73,63 @@ class SynthesisRequest:
     voice: str | Voice | None = None
     mode: str | None = None
     prompt_text: str | None = None
-    prompt_audio: np.ndarray | None = None
+    prompt_audio: object | None = None
     instruction: str | None = None
     speed: float = 1.0
     seed: int | None = None
     num_speech_tokens: int | None = None
     speech_tokens: np.ndarray | None = None
     streaming: StreamingOptions = field(default_factory=StreamingOptions)
+    source_audio: object | None = None
 
     def validated(self, *, modes: Mapping, voices: Mapping[str, Voice],
-                  speech_vocab: int | None = None) -> "SynthesisRequest":
-        """This request checked and normalized for a loaded model.
+                  speech_vocab: int | None = None, prompts=None,
+                  unavailable: Mapping[str, str] | None = None) -> "SynthesisRequest":
+        """This request checked and normalized for a loaded model. Cheap checks run first; the
+        prompt processing (``prompt_audio`` -> a prompt bundle, ``source_audio`` -> speech
+        tokens) last, once.
 
         Args:
-            modes: the family's modes (name -> :class:`cosyvino.families.base.Mode`).
+            modes: the modes the model offers (name -> :class:`cosyvino.families.base.Mode`),
+                in matching order.
             voices: voices by name (built-in speakers and registered voices).
             speech_vocab: number of speech tokens (ids must be below it) for ``speech_tokens``.
+            prompts: the family's prompt encoder
+                (:meth:`cosyvino.families.base.ModelFamily.prompt_encoder`), used for
+                ``prompt_audio`` / ``source_audio``; None: the model has none.
+            unavailable: modes of the family the model does not offer -> why (for messages).
 
         Returns:
-            a copy with ``mode`` a mode name, ``voice`` a :class:`Voice`, ``speed`` a float,
-            ``seed`` an int,
-            ``speech_tokens`` int64 [N] or None.
+            a copy with ``mode`` a mode name, ``voice`` a :class:`Voice` (the prompt bundle of
+            ``prompt_audio`` when given; None for a mode that uses no voice), ``prompt_text``
+            the transcript the mode uses (None when it uses none), ``prompt_audio`` and
+            ``source_audio`` None (processed), ``speed`` a float, ``seed`` an int,
+            ``speech_tokens`` int64 [N] (the source's for ``vc``) or None.
 
         Raises:
             UnknownSpeakerError: ``voice`` names no voice (the message lists valid ones).
-            InputError: any other bad field (text type, mode, speed, seed, num_speech_tokens,
-                speech_tokens, a mode input given to a mode that does not take it).
+            cosyvino.prompt_audio.PromptAudioError (an InputError): bad ``prompt_audio`` /
+                ``source_audio`` (not audio, empty, too short/long, silent, ...).
+            InputError: any other bad field (text type, a mode the model does not offer, a
+                missing mode input or one given to a mode that does not take it, voice and
+                prompt_audio both given, speed, seed, num_speech_tokens, speech_tokens).
+            ModelDirError / BackendError: the prompt models are missing or failed.
         """
         if not isinstance(self.text, str):
             raise InputError(f"text must be a string, got {type(self.text).__name__}")
-        name = next(iter(modes), None) if self.mode is None else self.mode
-        mode = modes.get(name) if isinstance(name, str) else None
-        if mode is None:
-            raise InputError(f"mode {self.mode!r} is not supported by this model; supported: "
-                             f"{', '.join(sorted(modes))}")
-        for name, needed in (("prompt_text", mode.needs_prompt_text),
-                             ("prompt_audio", mode.needs_prompt_audio),
-                             ("instruction", mode.needs_instruction)):
-            given = getattr(self, name) is not None
-            if given and not needed:
-                raise InputError(f"{name} is not used by mode {mode.name!r}")
-            if needed and not given:
-                raise InputError(f"mode {mode.name!r} needs {name}")
-        voice = self._voice(voices) if mode.needs_speaker else None
+        for name in ("prompt_text", "instruction"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InputError(f"{name} must be a string, got {type(value).__name__}")
+        voice = self._voice(voices) if self.voice is not None else None
+        if voice is not None and self.prompt_audio is not None:
+            raise InputError("give either voice (a speaker or registered voice) or prompt_audio "
+                             "(a recording), not both")
+        if self.source_audio is not None and self.speech_tokens is not None:
+            raise InputError("give either source_audio or speech_tokens, not both")
+        mode = self._mode(modes, voice, unavailable or {})
+        if mode.needs_speaker and voice is None:
+            raise UnknownSpeakerError(str(self.voice), list(voices))
         speed = _check_speed(self.speed)
         seed = _check_seed(self.seed)
         n = self.num_speech_tokens
@@ -114,9 +141,25 @@ class SynthesisRequest:
         if not isinstance(self.streaming, StreamingOptions) or \
                 self.streaming.hop_schedule not in HOP_SCHEDULES:
             raise InputError(f"streaming.hop_schedule must be one of {HOP_SCHEDULES}")
+        # the expensive part, once per request: prompt bundle, source tokens
+        if self.prompt_audio is not None or self.source_audio is not None:
+            if prompts is None:
+                raise InputError("this model has no prompt models: prompt_audio / source_audio "
+                                 "cannot be used")
+        if self.prompt_audio is not None:
+            voice = prompts.voice(self.prompt_audio, name="<prompt>",
+                                  prompt_text=self.prompt_text)
+        if self.source_audio is not None:
+            tokens = _check_tokens(prompts.speech_tokens(self.source_audio), speech_vocab)
+        prompt_text = None
+        if mode.needs_prompt_text:
+            prompt_text = self.prompt_text if self.prompt_text is not None else voice.prompt_text
+        if not (mode.needs_speaker or mode.needs_prompt_audio):
+            voice = None
         return dataclasses.replace(self, mode=mode.name, voice=voice, speed=speed, seed=seed,
                                    num_speech_tokens=None if n is None else int(n),
-                                   speech_tokens=tokens)
+                                   speech_tokens=tokens, prompt_text=prompt_text,
+                                   prompt_audio=None, source_audio=None)
 
     def _voice(self, voices: Mapping[str, Voice]) -> Voice:
         if isinstance(self.voice, Voice):
@@ -124,6 +167,78 @@ class SynthesisRequest:
         if not isinstance(self.voice, str) or self.voice not in voices:
             raise UnknownSpeakerError(str(self.voice), list(voices))
         return voices[self.voice]
+
+    def _misfit(self, mode, voice: Voice | None) -> str | None:
+        """Why this request does not fit ``mode`` (the first problem), or None."""
+        m = repr(mode.name)
+        prompt_voice = voice is not None and voice.has_prompt
+        if mode.needs_source_audio:
+            if self.source_audio is None and self.speech_tokens is None:
+                return f"mode {m} needs source_audio (the recording to convert)"
+            if self.text.strip():
+                return f"text is not used by mode {m} (it speaks the source recording)"
+        elif self.source_audio is not None:
+            return f"source_audio is not used by mode {m}"
+        if mode.needs_prompt_audio:
+            if self.prompt_audio is None and not prompt_voice:
+                if voice is not None:
+                    return (f"mode {m} needs prompt_audio or a registered voice; {voice.name!r} "
+                            "is a built-in speaker")
+                return f"mode {m} needs prompt_audio (or a registered voice)"
+        elif self.prompt_audio is not None:
+            return f"prompt_audio is not used by mode {m}"
+        if mode.needs_prompt_text:
+            stored = voice.prompt_text if prompt_voice else None
+            if self.prompt_text is None and stored is None:
+                return f"mode {m} needs prompt_text (the transcript of the prompt recording)"
+        elif self.prompt_text is not None:
+            return f"prompt_text is not used by mode {m}"
+        if mode.needs_instruction and self.instruction is None:
+            return f"mode {m} needs instruction"
+        if not mode.needs_instruction and self.instruction is not None:
+            return f"instruction is not used by mode {m}"
+        return None
+
+    def _mode(self, modes: Mapping, voice: Voice | None, unavailable: Mapping[str, str]):
+        """The mode this request runs in (named, or the first that fits); raises InputError
+        naming the problem and the model's modes."""
+        offered = ", ".join(modes) or "none"
+        if self.mode is not None:
+            mode = modes.get(self.mode) if isinstance(self.mode, str) else None
+            if mode is None:
+                why = unavailable.get(self.mode) if isinstance(self.mode, str) else None
+                raise InputError(f"mode {self.mode!r} is not supported by this model"
+                                 f"{f' ({why})' if why else ''}; supported: {offered}")
+            problem = self._misfit(mode, voice)
+            if problem is not None:
+                raise InputError(problem)
+            return mode
+        if not modes:
+            raise InputError("this model offers no synthesis mode")
+        for mode in modes.values():
+            if self._misfit(mode, voice) is None and not (mode.needs_speaker and voice is None):
+                return mode
+        # nothing fits: the complaint of the mode that takes most of the inputs given (the
+        # plainest of those), plus what the model offers
+        prompt = self.prompt_audio is not None or (voice is not None and voice.has_prompt)
+        given = (prompt, self.prompt_text is not None, self.instruction is not None,
+                 self.source_audio is not None)
+
+        def closeness(m):
+            needs = (m.needs_prompt_audio, m.needs_prompt_text, m.needs_instruction,
+                     m.needs_source_audio)
+            return (-sum(g and n for g, n in zip(given, needs)), sum(needs))
+
+        plain = min(modes.values(), key=closeness)
+        problem = self._misfit(plain, voice)
+        if problem is None:  # only the voice is missing
+            return plain
+        by_reason: dict[str, list[str]] = {}
+        for n, why in unavailable.items():
+            by_reason.setdefault(why, []).append(n)
+        notes = "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
+        raise InputError(f"{problem}; this model's modes: {offered}"
+                         + (f" (not offered: {notes})" if notes else ""))
 
 
 def _check_speed(speed) -> float:

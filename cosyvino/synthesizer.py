@@ -1,8 +1,8 @@
-"""The public synthesis API: text + voice -> audio, whole or streamed per text segment.
+"""The public synthesis API: text + voice -> audio, whole or streamed in token-level chunks.
 
 ``Synthesizer`` loads a model on a backend and runs :class:`cosyvino.request.SynthesisRequest` s
-on the engine (:mod:`cosyvino.engine`): in the caller's thread (``synthesize`` / ``stream``) or
-on worker threads (``submit``, what the server uses). Deterministic for a given ``seed``: the
+on the engine (:mod:`cosyvino.engine`) on its scheduler's worker threads (``synthesize``,
+``stream``, ``submit``; the server uses the latter). Deterministic for a given ``seed``: the
 engine's random draws are indexed by seed and position, so whole, streamed and scheduled runs
 give the same audio. Not torch-dependent itself; the backend decides.
 """
@@ -16,32 +16,48 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .audio import Audio
+from .audio import Audio, join_chunks
 from .engine import Engine, RequestHandle, Scheduler
-from .errors import BackendError, InputError, ModelDirError
+from .errors import BackendError, InputError, ModelDirError, UnknownSpeakerError
 from .families import get_family
 from .plugins import get_backend
-from .request import SynthesisRequest
+from .request import StreamingOptions, SynthesisRequest
 from .timing import StageTimes, audio_stats
+from .voice_store import VoiceStore
 from .voices import Voice
 
 
-class SegmentStream:
-    """Iterator of per-segment :class:`Audio` returned by :meth:`Synthesizer.stream`;
-    ``total`` is the number of text segments. ``close()`` stops early."""
+class ChunkStream:
+    """Iterator of the :class:`Audio` chunks of one request, returned by
+    :meth:`Synthesizer.stream`. Each chunk's ``stats`` has ``segment`` / ``chunk`` (0-based),
+    ``is_last_in_segment``, the stage seconds, RTF and the seed. ``total`` is the number of text
+    segments. ``close()`` (or leaving a ``with`` block) cancels what is still running."""
 
-    def __init__(self, gen: Iterator[Audio], total: int):
-        self._gen = gen
-        self.total = total
+    def __init__(self, handle: RequestHandle):
+        self._handle = handle
+        self.total = handle.total
+        self.seed = handle.state.request.seed
 
-    def __iter__(self) -> "SegmentStream":
+    def __iter__(self) -> "ChunkStream":
         return self
 
     def __next__(self) -> Audio:
-        return next(self._gen)
+        return next(self._handle)
 
     def close(self) -> None:
-        self._gen.close()
+        self._handle.close()
+
+    def __enter__(self) -> "ChunkStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):  # an abandoned stream must not keep the workers busy
+        try:
+            self._handle.cancel()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 class Synthesizer:
@@ -59,45 +75,102 @@ class Synthesizer:
             different threads; each request has its own LLM session). Values > 1 need a backend
             whose stages are thread-safe per call (``Stages.thread_safe``); default 1
             serializes steps.
+        overlap_stages: on thread-safe stages, run a request's lanes at the same time (v1:
+            the LLM decodes the next tokens while the flow/vocoder turn the due hop into
+            audio; one extra worker thread). False runs them one after the other (same audio).
+        voices_dir: where registered voices are kept (:mod:`cosyvino.voice_store`; one file
+            per voice, read at start and whenever another process changes it). None (default):
+            ``<model_dir>/voices`` (created on the first :meth:`add_voice`); give a writable
+            directory when the model dir is read-only, or one shared by several model dirs of
+            the same family. False: in memory only (lost on close).
+        prompt_backend: the backend that runs the prompt models (``campplus.onnx``,
+            ``speech_tokenizer_v1.onnx``) for ``prompt_audio`` / ``source_audio`` /
+            :meth:`add_voice`; None: this backend when it runs ONNX files, else OpenVINO, else
+            ONNX Runtime. Loaded on first use.
+        prompt_encoder: an already built prompt encoder to share (e.g. :attr:`prompt_encoder`
+            of another Synthesizer of the same model dir: the full-size speech tokenizer is
+            ~0.5 GB per copy); None: this Synthesizer's own (``prompt_backend``).
+        modes: the mode names to offer, overriding what the family reads from the checkpoint
+            (v1: ``instruct`` only for a dir named ``*-Instruct``, like the official runtime;
+            e.g. ``modes=["instruct", "sft"]`` for a renamed Instruct dir).
         **backend_options: passed to the backend's ``load``.
 
     Raises:
         ModelDirError / ConfigError / CheckpointError: bad (or, for None, absent) model dir.
         BackendError: unknown or unusable backend.
+        InputError: ``modes`` names a mode the family does not have.
     """
 
     def __init__(self, model_dir: str | None = None, backend: str = "torch", *,
-                 num_threads: int | None = None, max_parallel: int = 1, **backend_options):
+                 num_threads: int | None = None, max_parallel: int = 1,
+                 overlap_stages: bool = True, voices_dir: str | os.PathLike | bool | None = None,
+                 prompt_backend: str | None = None, modes: Sequence[str] | None = None,
+                 prompt_encoder=None, **backend_options):
         if model_dir is None:
             model_dir = _existing_default_model()
         self.model_dir = str(model_dir)
         self.backend_name = backend
         backend_cls = get_backend(backend)
+        if prompt_backend is None and getattr(backend_cls, "runs_onnx", False):
+            prompt_backend = backend
         start = time.perf_counter()
         stages = backend_cls.load(self.model_dir, num_threads=num_threads, **backend_options)
         self.load_seconds = time.perf_counter() - start
-        self._attach(stages, max_parallel)
+        self._attach(stages, max_parallel, overlap_stages, voices_dir=voices_dir,
+                     prompt_backend=prompt_backend, modes=modes, num_threads=num_threads,
+                     prompt_encoder=prompt_encoder)
 
     @classmethod
     def from_stages(cls, stages, *, backend_name: str = "custom", model_dir: str | None = None,
-                    max_parallel: int = 1) -> "Synthesizer":
+                    max_parallel: int = 1, voices_dir: str | os.PathLike | bool | None = None,
+                    prompt_backend: str | None = None, modes: Sequence[str] | None = None,
+                    prompt_encoder=None) -> "Synthesizer":
         """A Synthesizer around already loaded ``stages`` (a family's
         :class:`cosyvino.backends.Stages` subclass), e.g. a wrapper that records or times
-        stage calls. Raises as :meth:`set_max_parallel`."""
+        stage calls; ``voices_dir`` / ``prompt_backend`` / ``modes`` / ``prompt_encoder`` as in
+        the constructor
+        (without ``model_dir``: voices in memory, no prompt models unless the family finds
+        some). Raises as :meth:`set_max_parallel`."""
         self = cls.__new__(cls)
         self.model_dir = model_dir
         self.backend_name = backend_name
         self.load_seconds = 0.0
-        self._attach(stages, max_parallel)
+        self._attach(stages, max_parallel, voices_dir=voices_dir,
+                     prompt_backend=prompt_backend, modes=modes, prompt_encoder=prompt_encoder)
         return self
 
-    def _attach(self, stages, max_parallel: int) -> None:
+    def _attach(self, stages, max_parallel: int, overlap_stages: bool = True, *,
+                voices_dir=None, prompt_backend: str | None = None,
+                modes: Sequence[str] | None = None, num_threads: int | None = None,
+                prompt_encoder=None) -> None:
         self.stages = stages
+        self.overlap_stages = bool(overlap_stages)
         self.config = stages.config
         self.family = get_family(getattr(stages, "family", "") or "cosyvoice1")
         self.frontend = self.family.make_frontend(self.config)
         self.pipeline = self.family.pipeline(stages)
-        self.voices: dict[str, Voice] = {}
+        if modes is not None:
+            modes = [modes] if isinstance(modes, str) else list(modes)
+            unknown = [m for m in modes if m not in self.family.modes]
+            if unknown or not modes:
+                raise InputError(f"modes: {', '.join(map(repr, unknown)) or 'none given'}; "
+                                 f"the {self.family.name} modes are "
+                                 f"{', '.join(self.family.modes)}")
+        self._mode_names = modes
+        options = {} if num_threads is None else {"num_threads": num_threads}
+        self._own_prompts = prompt_encoder is None
+        self._prompts = prompt_encoder if prompt_encoder is not None else \
+            self.family.prompt_encoder(self.model_dir, stages, backend=prompt_backend, **options)
+        if voices_dir is None:
+            voices_dir = (os.path.join(self.model_dir, "voices") if self.model_dir is not None
+                          else None)
+        elif voices_dir is False:
+            voices_dir = None
+        elif voices_dir is True:
+            raise InputError("voices_dir must be a directory, None or False")
+        self._store = VoiceStore(voices_dir, family=self.family.name,
+                                 check=getattr(self._prompts, "check_voice", None),
+                                 reserved=list(stages.speakers))
         self._scheduler: Scheduler | None = None
         self._scheduler_lock = threading.Lock()
         self.set_max_parallel(max_parallel)
@@ -118,8 +191,16 @@ class Synthesizer:
         self.max_parallel = n
         # Guards the engine steps: a plain lock (n = 1) or a bounded semaphore.
         self._lock = threading.Lock() if n == 1 else threading.BoundedSemaphore(n)
+        # Thread-safe stages may run different lanes of a request (v1: the LLM and the
+        # flow/vocoder hops) at the same time: one lock per lane instead of one for all.
+        lane_locks = None
+        if getattr(self.stages, "thread_safe", False):
+            lane_locks = {lane: (threading.Lock() if n == 1 else threading.BoundedSemaphore(n))
+                          for lane in self.family.lanes}
         self.engine = Engine(self.stages, self.family, self.frontend, lock=self._lock,
-                             voices=self.voices)
+                             lane_locks=lane_locks, voices=self._store,
+                             model_dir=self.model_dir, modes=self._mode_names,
+                             prompts=self._prompts)
         if getattr(self, "_scheduler", None) is not None:
             self._scheduler.close()
             self._scheduler = None
@@ -137,70 +218,212 @@ class Synthesizer:
 
     @property
     def modes(self) -> list[str]:
-        """Synthesis modes of the model's family (CosyVoice v1 today: ``sft``)."""
-        return list(self.family.modes)
+        """The synthesis modes this model offers, in matching order (a request without
+        ``mode`` runs in the first that fits its inputs; CosyVoice v1: ``zero_shot``,
+        ``cross_lingual``, ``vc`` on a base model with its prompt models, ``instruct`` on an
+        Instruct model, ``sft`` where there are built-in speakers;
+        :mod:`cosyvino.families.cosyvoice1.modes`)."""
+        return list(self.engine.modes)
+
+    # ---- voices ------------------------------------------------------------------------------
+    @property
+    def voices(self) -> dict[str, Voice]:
+        """Every voice requests may name: built-in speakers, then registered voices (name ->
+        :class:`Voice`; a snapshot)."""
+        return self.engine.voices
+
+    @property
+    def registered_voices(self) -> list[str]:
+        """Names of the registered voices (sorted)."""
+        return list(self._store.snapshot())
+
+    @property
+    def prompt_encoder(self):
+        """The family's prompt encoder (None: no voice cloning; v1:
+        :class:`cosyvino.families.cosyvoice1.prompt_models.PromptEncoder`), loaded on first
+        use; pass it to another Synthesizer to share it."""
+        return self._prompts
+
+    @property
+    def voice_store(self) -> VoiceStore:
+        """The :class:`~cosyvino.voice_store.VoiceStore` of the registered voices
+        (``voice_store.directory``: where they are kept, None in memory;
+        ``voice_store.skipped``: stored files that could not be used, and why)."""
+        return self._store
+
+    def voice(self, name: str) -> Voice:
+        """The voice ``name`` (built-in or registered). Raises UnknownSpeakerError (the message
+        lists the voices), CorruptVoiceError (its stored file is unusable)."""
+        builtin = self.engine.builtin_voices
+        if name in builtin:
+            return builtin[name]
+        try:
+            return self._store[name]
+        except KeyError:
+            raise UnknownSpeakerError(str(name), list(self.voices)) from None
+
+    def voice_info(self, name: str) -> dict:
+        """JSON-ready description of voice ``name``: :meth:`Voice.describe` (``name``,
+        ``builtin``, ``has_prompt``, ``prompt_text``, ``prompt_tokens``, ``prompt_seconds``,
+        ``embedding_dim``), plus ``created`` and ``sha256`` for a registered voice. Raises as
+        :meth:`voice`."""
+        voice = self.voice(name)
+        if voice.builtin:
+            return voice.describe()
+        return self._store.info(name)
+
+    def prompt_voice(self, prompt_wav, prompt_text: str | None = None, *,
+                     name: str = "<prompt>") -> Voice:
+        """The prompt bundle of a recording (speaker embedding, prompt speech tokens, prompt
+        mel, ``prompt_text``) without registering it; pass it as ``voice`` to any call.
+
+        Args:
+            prompt_wav: a path, the bytes of a file, a binary file object, ``(samples,
+                sample_rate)`` or an :class:`Audio` (any common format, rate, channels;
+                :mod:`cosyvino.prompt_audio`).
+            prompt_text: its transcript (None: none; the voice then runs cross-lingual by
+                default, zero-shot with a ``prompt_text`` given per request).
+
+        Raises:
+            PromptAudioError subclasses (InputError): not audio, empty, shorter than 1 s,
+                longer than 30 s, silent, bad rate or samples.
+            InputError: ``prompt_text`` not a string or empty; the model has no prompt models.
+            ModelDirError: a prompt-model file is missing or unreadable.
+            BackendError: the prompt models failed.
+        """
+        if prompt_text is not None and (not isinstance(prompt_text, str)
+                                        or not prompt_text.strip()):
+            raise InputError("prompt_text must be a non-empty string (or None)")
+        if self._prompts is None:
+            raise InputError("this model has no prompt models (voice cloning needs a model dir "
+                             "with campplus.onnx and speech_tokenizer_v1.onnx)")
+        return self._prompts.voice(prompt_wav, name=name, prompt_text=prompt_text)
+
+    def add_voice(self, name: str, prompt_wav, prompt_text: str | None = None, *,
+                  overwrite: bool = False) -> Voice:
+        """Register a voice made from a recording, usable by ``name`` in every call like a
+        built-in speaker (``voice=name``): a request naming no mode runs it zero-shot when it
+        has a transcript (``prompt_text``), cross-lingual otherwise. The prompt bundle is
+        computed once here and stored in :attr:`voice_store` (survives restarts; visible to
+        other Synthesizers on the same directory). Safe while synthesis runs.
+
+        Args:
+            name: 1-64 letters (any script), digits, ``_``, ``-``, ``.``; starting with a
+                letter or digit; not a built-in speaker's name.
+            prompt_wav / prompt_text: as :meth:`prompt_voice`.
+            overwrite: replace a registered voice of this name (names differing only in case
+                count as the same).
+
+        Returns: the registered :class:`Voice`.
+
+        Raises:
+            InvalidVoiceNameError / VoiceExistsError (InputError): bad or taken name.
+            VoiceStoreError (ModelDirError): the store cannot be written (a read-only model
+                dir: pass ``voices_dir=``).
+            The errors of :meth:`prompt_voice`.
+        """
+        self._store.check_new(name, overwrite=overwrite)
+        voice = self.prompt_voice(prompt_wav, prompt_text, name=name)
+        return self._store.add(voice, overwrite=overwrite)
+
+    def remove_voice(self, name: str) -> None:
+        """Unregister voice ``name`` (its file is deleted). Raises UnknownVoiceError (not a
+        registered voice; built-in speakers cannot be removed), VoiceStoreError."""
+        if name in self.engine.builtin_voices:
+            raise InputError(f"{name!r} is a built-in speaker of the model; only registered "
+                             "voices can be removed")
+        self._store.remove(name)
 
     # ---- synthesis ---------------------------------------------------------------------------
     def request(self, text: str, speaker, *, speed: float = 1.0, seed: int | None = None,
-                num_speech_tokens: int | None = None, **mode_inputs) -> SynthesisRequest:
+                num_speech_tokens: int | None = None, hop_schedule: str = "latency",
+                **mode_inputs) -> SynthesisRequest:
         """The :class:`SynthesisRequest` that :meth:`stream` / :meth:`synthesize` run;
-        ``mode_inputs``: ``mode``, ``prompt_text``, ``prompt_audio``, ``instruction`` (see
-        :class:`SynthesisRequest`). Raises TypeError for another keyword."""
+        ``mode_inputs``: ``mode``, ``prompt_text``, ``prompt_audio``, ``source_audio``,
+        ``instruction`` (see :class:`SynthesisRequest`). Raises TypeError for another
+        keyword."""
         return SynthesisRequest(text=text, voice=speaker, speed=speed, seed=seed,
-                                num_speech_tokens=num_speech_tokens, **mode_inputs)
+                                num_speech_tokens=num_speech_tokens,
+                                streaming=StreamingOptions(hop_schedule), **mode_inputs)
 
-    def stream(self, text: str | SynthesisRequest, speaker: str | Voice | None = None, *,
-               speed: float = 1.0, seed: int | None = None,
-               num_speech_tokens: int | None = None,
-               cancel: threading.Event | None = None, **mode_inputs) -> SegmentStream:
-        """Yield one :class:`Audio` per text segment, as soon as it is synthesized (in this
-        thread, while iterating).
+    def stream(self, text: str | SynthesisRequest = "",
+               speaker: str | Voice | None = None, *, speed: float = 1.0, seed: int | None = None,
+               num_speech_tokens: int | None = None, hop_schedule: str = "latency",
+               cancel: threading.Event | None = None, **mode_inputs) -> ChunkStream:
+        """Yield audio chunks as soon as they are synthesized: several per text segment with
+        the token-hop schedules (first audio after a few speech tokens), one per segment with
+        ``hop_schedule="segment"``. Runs on this model's worker threads (the LLM and the
+        flow/vocoder hops overlap on thread-safe backends); iterate the result.
 
         Args:
-            text: text to speak (zh/en/ja/yue/ko; language tags like ``<|en|>`` pass through),
-                or a whole :class:`SynthesisRequest` (the other arguments are then ignored).
-            speaker: a speaker id from :attr:`speakers` (or a :class:`Voice`).
+            text: text to speak (zh/en/ja/yue/ko; language tags like ``<|en|>`` pass through;
+                empty for voice conversion), or a whole :class:`SynthesisRequest` (the other
+                arguments are then ignored).
+            speaker: a voice: a speaker id from :attr:`speakers`, a registered voice's name
+                (:meth:`add_voice`), or a :class:`Voice` (e.g. :meth:`prompt_voice`); None
+                with ``prompt_audio``.
             speed: 0.25..4.0, tempo change by mel interpolation (upstream ``speed``).
             seed: makes the output reproducible (None = random; the seed used is in
                 ``Audio.stats["seed"]``).
             num_speech_tokens: force exactly this many speech tokens per segment (50 tokens =
                 1 s; benchmarks).
-            cancel: when set (from another thread), synthesis stops before the next step (the
-                next speech token) and the iterator raises
-                :class:`~cosyvino.errors.SynthesisCancelled`.
-            **mode_inputs: ``mode`` (default: the family's first, v1 ``sft``; :attr:`modes`),
-                ``prompt_text``, ``prompt_audio``, ``instruction`` as the mode needs them.
+            hop_schedule: ``"latency"`` (default: small first hop that grows), ``"official"``
+                (the official v1 token hops, parity), ``"segment"`` (one chunk per segment,
+                the same audio as :meth:`synthesize`); :mod:`cosyvino.families.cosyvoice1
+                .streaming`.
+            cancel: when set (from another thread), synthesis stops within one stage call and
+                the iterator raises :class:`~cosyvino.errors.SynthesisCancelled`.
+            **mode_inputs: ``mode`` (one of :attr:`modes`; default: the first that fits the
+                inputs: ``source_audio`` -> vc, a prompt with a transcript -> zero_shot, a
+                prompt alone -> cross_lingual, ``instruction`` -> instruct, a speaker -> sft),
+                ``prompt_audio`` (a recording instead of ``speaker``: path, bytes, file object,
+                ``(samples, rate)`` or :class:`Audio`), ``prompt_text`` (its transcript),
+                ``source_audio`` (vc: the recording to convert; ``text`` empty),
+                ``instruction`` (instruct) as the mode needs them. Prompt processing runs once
+                per request, before the first segment.
 
         Raises (at the call, before anything runs):
             EmptyTextError: nothing speakable in ``text``.
             UnknownSpeakerError: ``speaker`` unknown (message lists valid ones).
-            InputError: bad speed / seed / num_speech_tokens / text type.
+            PromptAudioError subclasses: bad ``prompt_audio`` / ``source_audio``
+                (:mod:`cosyvino.prompt_audio`: not audio, empty, too short or long, silent...).
+            InputError: bad speed / seed / num_speech_tokens / hop_schedule / text type; a
+                mode the model does not offer (the message lists those it does), a missing
+                mode input or one the mode does not take.
+            CorruptVoiceError: ``speaker`` is a stored voice whose file is unusable.
+            ModelDirError / BackendError: the prompt models are missing or failed.
         """
         req = text if isinstance(text, SynthesisRequest) else self.request(
             text, speaker, speed=speed, seed=seed, num_speech_tokens=num_speech_tokens,
-            **mode_inputs)
-        state = self.engine.start(req, cancel)
-        return SegmentStream(self.engine.run(state), state.total_segments)
+            hop_schedule=hop_schedule, **mode_inputs)
+        return ChunkStream(self.submit(req, cancel=cancel))
 
-    def synthesize(self, text: str | SynthesisRequest, speaker: str | Voice | None = None, *,
-                   speed: float = 1.0, seed: int | None = None,
-                   num_speech_tokens: int | None = None,
+    def synthesize(self, text: str | SynthesisRequest = "",
+                   speaker: str | Voice | None = None, *, speed: float = 1.0,
+                   seed: int | None = None, num_speech_tokens: int | None = None,
+                   hop_schedule: str = "segment",
                    on_segment: Callable[[int, int], None] | None = None,
                    **mode_inputs) -> Audio:
-        """Synthesize the whole text; segments are concatenated. Same arguments and errors as
-        :meth:`stream`; ``on_segment(done, total)`` is called after each segment (progress).
-        ``Audio.stats`` has per-stage seconds, RTF, first-segment latency and the seed."""
+        """Synthesize the whole text; chunks are concatenated with 10 ms fades at the segment
+        joins (:func:`cosyvino.audio.join_chunks`, what the server sends). Same arguments and
+        errors as
+        :meth:`stream`, except that ``hop_schedule`` defaults to ``"segment"`` (the official
+        non-streaming computation); ``on_segment(done, total)`` is called after each segment
+        (progress). ``Audio.stats`` has per-stage seconds, RTF, first-chunk latency and the
+        seed."""
         start = time.perf_counter()
         chunks: list[Audio] = []
         first_latency = None
-        stream = self.stream(text, speaker, speed=speed, seed=seed,
-                             num_speech_tokens=num_speech_tokens, **mode_inputs)
-        for chunk in stream:
-            if first_latency is None:
-                first_latency = time.perf_counter() - start
-            chunks.append(chunk)
-            if on_segment is not None:
-                on_segment(len(chunks), stream.total)
+        with self.stream(text, speaker, speed=speed, seed=seed,
+                         num_speech_tokens=num_speech_tokens, hop_schedule=hop_schedule,
+                         **mode_inputs) as stream:
+            for chunk in stream:
+                if first_latency is None:
+                    first_latency = time.perf_counter() - start
+                chunks.append(chunk)
+                if on_segment is not None and chunk.stats.get("is_last_in_segment", True):
+                    on_segment(int(chunk.stats.get("segment", len(chunks) - 1)) + 1,
+                               stream.total)
         return self._join(chunks, time.perf_counter() - start, first_latency)
 
     def submit(self, request: SynthesisRequest, *, cancel: threading.Event | None = None,
@@ -213,7 +436,8 @@ class Synthesizer:
         """
         with self._scheduler_lock:
             if self._scheduler is None:
-                self._scheduler = Scheduler([self.engine] * self.max_parallel)
+                self._scheduler = Scheduler([self.engine] * self.max_parallel,
+                                            lane_workers=None if self.overlap_stages else 0)
             scheduler = self._scheduler
         return scheduler.submit(request, cancel=cancel, callback=callback)
 
@@ -225,7 +449,8 @@ class Synthesizer:
         tokens = np.asarray(speech_tokens)
         if tokens.ndim != 1 or tokens.size == 0 or not np.issubdtype(tokens.dtype, np.integer):
             raise InputError("speech_tokens must be a non-empty 1-D sequence of integers")
-        req = SynthesisRequest(voice=speaker, speed=speed, seed=seed, speech_tokens=tokens)
+        req = SynthesisRequest(voice=speaker, speed=speed, seed=seed, speech_tokens=tokens,
+                               streaming=StreamingOptions("segment"))
         start = time.perf_counter()
         chunks = list(self.stream(req))
         audio = chunks[0]
@@ -235,15 +460,18 @@ class Synthesizer:
         return audio
 
     def _join(self, chunks: list[Audio], wall: float, first_latency: float | None) -> Audio:
-        samples = np.concatenate([c.samples for c in chunks]) if chunks else np.zeros(0,
-                                                                                      np.float32)
+        # the server's segment-join fades (cosyvino.audio.join_chunks): one audio everywhere
+        samples = join_chunks(chunks, self.sample_rate)
         tokens = (np.concatenate([c.speech_tokens for c in chunks]) if chunks
                   else np.zeros(0, np.int64))
         audio = Audio(samples.astype(np.float32), self.sample_rate, tokens)
         audio.stats = audio_stats(_times_of(chunks), audio.duration, wall, int(tokens.size))
-        audio.stats["segments"] = len(chunks)
-        audio.stats["first_segment_latency"] = (round(first_latency, 4)
-                                                if first_latency is not None else None)
+        audio.stats["segments"] = len({c.stats.get("segment", i) for i, c in enumerate(chunks)})
+        audio.stats["chunks"] = len(chunks)
+        audio.stats["first_chunk_latency"] = (round(first_latency, 4)
+                                              if first_latency is not None else None)
+        # the same number under its earlier name (first chunk = first segment before streaming)
+        audio.stats["first_segment_latency"] = audio.stats["first_chunk_latency"]
         if chunks:
             audio.stats["seed"] = chunks[0].stats.get("seed")
         return audio
@@ -253,6 +481,8 @@ class Synthesizer:
         if self._scheduler is not None:
             self._scheduler.close()
             self._scheduler = None
+        if self._prompts is not None and self._own_prompts:
+            self._prompts.close()
         self.stages.close()
 
     # ---- planner (issue 5): Synthesizer.auto ------------------------------------------------

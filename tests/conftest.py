@@ -3,6 +3,7 @@ the built-in ones) so a user's environment cannot break them."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import pathlib
@@ -21,6 +22,23 @@ def golden_dirs() -> list[pathlib.Path]:
     """TINY_A plus every dir in COSYVINO_GOLDEN_DIRS (colon-separated)."""
     extra = [pathlib.Path(p) for p in os.environ.get("COSYVINO_GOLDEN_DIRS", "").split(":") if p]
     return [TINY_A, *extra]
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively, as the runtime decides it: OpenVINO's CPU plugin
+    lists ``BF16`` in ``OPTIMIZATION_CAPABILITIES`` exactly when it runs a bf16
+    ``INFERENCE_PRECISION_HINT`` in bf16 (elsewhere, e.g. AVX2-only CPUs, it falls back to f32);
+    without openvino, the planner's reading of the CPU flags (AVX512_BF16 or AMX-BF16). The
+    one decision for every test whose expectation depends on native bf16 (AVX-512 BF16 / AMX).
+    ``cpu_has_native_bf16.__wrapped__`` is the uncached check."""
+    try:
+        import openvino as ov
+    except ImportError:
+        from cosyvino.planner.topology import probe_topology
+
+        return bool(probe_topology().bf16)
+    return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ class RunningServer:
         wait_ready(self.url, deadline)
 
     def stop(self) -> None:
+        self.state.pool.cancel_all()  # no drain wait for requests a test left running
         self.server.should_exit = True
         self.thread.join(30)
 

@@ -125,3 +125,39 @@ def test_module_subprocesses_ignore_the_current_directory():
         out = subprocess.run([sys.executable, "-c", "import sys; print(sys.path[0] == '')"],
                              cwd=d, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ("False" if sys.version_info >= (3, 11) else "True")
+
+
+def test_play_underrun_counts_the_player_waiting():
+    from cosyvino.bench import play_underrun
+
+    assert play_underrun([]) == 0.0
+    # chunks arrive faster than they play: no wait
+    assert play_underrun([(1.0, 2.0), (2.0, 2.0), (2.5, 1.0)]) == 0.0
+    # the second arrives 1 s after the first finished, the third 0.5 s after the second
+    assert play_underrun([(1.0, 1.0), (3.0, 0.5), (4.0, 1.0)]) == pytest.approx(1.5)
+
+
+def test_markdown_streaming_rows():
+    mean = {"llm_ms_per_token": 20.0, "total_s": 10.0, "rtf": 2.0}
+    stream = [{"text": "1 sentence", "schedule": s, "audio_s": 5.0, "first_chunk_p50_s": f,
+               "first_chunk_p95_s": f + 0.1, "rtf": 1.2, "underrun_s": 0.7}
+              for s, f in (("latency", 0.5), ("segment", 6.0))]
+    table = markdown([{"label": "openvino", "mean": mean, "streaming": stream}], None)
+    assert "| 1 sentence (5.0 s) | latency | first chunk p50 (s) | 0.50 |" in table
+    assert "| 1 sentence (5.0 s) | segment | first chunk p95 (s) | 6.10 |" in table
+    assert "| 1 sentence (5.0 s) | latency | underrun after first chunk (s) | 0.70 |" in table
+
+
+def test_measure_stream_on_the_tiny_model():
+    pytest.importorskip("torch")
+    from cosyvino import Synthesizer
+    from cosyvino.bench import measure_stream
+
+    tts = Synthesizer(str(TINY_A), backend="torch")
+    try:
+        r = measure_stream(tts, "你好，世界。", tts.speakers[0], 60, "latency", runs=2)
+    finally:
+        tts.close()
+    assert r["chunks"] >= 2 and r["audio_s"] > 1.0
+    assert 0 < r["first_chunk_p50_s"] <= r["first_chunk_p95_s"]
+    assert r["rtf"] > 0 and r["underrun_s"] >= 0

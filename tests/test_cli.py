@@ -154,3 +154,208 @@ def test_make_model_without_torch_is_a_typed_error(tmp_path):
     assert "make-model needs torch" in r.stderr and "cosyvino[torch]" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "m").exists()
+
+
+# ---- issue 19 item 12: everything that can be checked is checked before the model loads ----
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fail the test if synth gets as far as loading (or creating) a model."""
+    import cosyvino.defaults
+    import cosyvino.synthesizer
+
+    def boom(*a, **k):
+        raise AssertionError("the model was loaded before the input was checked")
+
+    monkeypatch.setattr(cosyvino.synthesizer.Synthesizer, "__init__", boom)
+    monkeypatch.setattr(cosyvino.defaults, "ensure_default_model", boom)
+
+
+def _synth(args, **kwargs):
+    return CliRunner().invoke(main, ["synth", *args], **kwargs)
+
+
+def test_invalid_utf8_text_is_a_typed_error_before_loading(tiny_model_dir, tmp_path,
+                                                           no_model_load):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("Grüße aus Köln.".encode("latin-1"))
+    out = tmp_path / "o.wav"
+    r = _synth(["--model-dir", tiny_model_dir, "--text-file", str(bad), "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert f"--text-file {bad} is not valid UTF-8: byte 0xfc at offset 2" in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)  # no traceback
+    r = _synth(["--model-dir", tiny_model_dir, "--text-file", "-", "-o", str(out)],
+               input=b"\xff\xfe hello")
+    assert r.exit_code == 2 and "--text-file stdin is not valid UTF-8: byte 0xff at offset 0" \
+        in r.output
+    # undecodable bytes in argv reach Python as lone surrogates
+    r = _synth(["--model-dir", tiny_model_dir, "caf\udce9", "-o", str(out)])
+    assert r.exit_code == 2 and "TEXT is not valid UTF-8" in r.output
+    assert not out.exists()
+
+
+def test_invalid_utf8_on_stdin_has_no_traceback(tiny_model_dir, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cosyvino.cli", "synth", "--model-dir",
+                           tiny_model_dir, "--text-file", "-", "-o", str(tmp_path / "o.wav")],
+                          input=b"ok \xc3\x28", capture_output=True, timeout=120)
+    assert proc.returncode == 2
+    assert b"not valid UTF-8: byte 0xc3 at offset 3" in proc.stderr
+    assert b"Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-o", "{tmp}/x.aac"], "unknown audio format 'aac' (from -o {tmp}/x.aac)"),
+    (["-o", "{tmp}/x.wav", "--stream", "--format", "xyz"], "Invalid value for '--format'"),
+    (["-o", "-", "--format", "wav"], "-o - writes raw int16 PCM to stdout"),
+    (["-o", "{tmp}/missing/x.wav", "--stream"], "output directory does not exist"),
+    (["-o", "{tmp}"], "is a directory"),
+    (["-o", "{tmp}/x.wav", "--speed", "9"], "Invalid value for '--speed'"),
+])
+def test_bad_output_or_option_fails_before_loading(tiny_model_dir, tmp_path, no_model_load,
+                                                   args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    r = _synth(["--model-dir", tiny_model_dir, "Hello.", *args])
+    assert r.exit_code == 2, r.output
+    assert message.replace("{tmp}", str(tmp_path)) in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_text_and_speaker_fail_before_loading(tiny_model_dir, tmp_path, no_model_load):
+    out = str(tmp_path / "o.wav")
+    r = _synth(["--model-dir", tiny_model_dir, " ...  ", "-o", out])
+    assert r.exit_code == 2 and "the text has nothing to speak" in r.output
+    r = _synth(["--model-dir", tiny_model_dir, "-s", "nobody", "Hello.", "-o", out])
+    assert r.exit_code == 2 and "unknown speaker 'nobody'; available speakers: " in r.output
+    r = _synth(["--model-dir", str(tmp_path / "nope"), "Hello.", "-o", out])
+    assert r.exit_code == 2 and "model directory not found" in r.output
+    assert not os.path.exists(out)
+
+
+# ---- issue 19 item 4: demo and synth run as the plan says --------------------------------------
+def _write_plan(path, model_dir, backend="torch", threads=1, **options):
+    from cosyvino.planner import Plan
+
+    Plan(backend=backend, backend_options={"num_threads": threads, **options}, streams=1,
+         threads_per_stream=threads, pinning=False, max_sessions=1, queue_size=2,
+         model_dir=str(model_dir)).save(str(path))
+    return str(path)
+
+
+def test_synth_uses_the_plan_unless_flags_override(tiny_model_dir, tmp_path, monkeypatch):
+    plan = _write_plan(tmp_path / "plan.toml", tiny_model_dir, threads=1)
+    monkeypatch.setenv("COSYVINO_PLAN", plan)
+    base = ["--model-dir", tiny_model_dir, "--num-speech-tokens", "5", "--seed", "0", "--json",
+            "Hello."]
+    r = _synth([*base, "-o", str(tmp_path / "a.wav")])
+    assert r.exit_code == 0, r.output
+    assert f"cosyvino synth: backend torch, threads 1 (plan {plan})" in r.stderr
+    stats = json.loads(r.stdout)
+    assert stats["threads"] == 1 and stats["settings_source"] == f"plan {plan}"
+    r = _synth([*base, "--threads", "2", "-o", str(tmp_path / "b.wav")])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["threads"] == 2
+    assert f"threads 2 (plan {plan}, overridden by --threads)" in r.stderr
+    # a plan made for another model is not used for --model-dir
+    other = _write_plan(tmp_path / "other.toml", tmp_path / "elsewhere", threads=1)
+    r = _synth([*base, "--plan", other, "-o", str(tmp_path / "c.wav")])
+    assert r.exit_code == 0, r.output
+    assert f"note: plan {other} is for {tmp_path / 'elsewhere'}, not {tiny_model_dir}" in r.stderr
+    assert json.loads(r.stdout)["threads"] is None
+
+
+def test_demo_and_synth_follow_a_plan_that_chose_openvino(converted_dir, tmp_path,
+                                                          monkeypatch):
+    """The trial's case: `convert` + `plan` chose OpenVINO, `demo` ran torch."""
+    conv = converted_dir(TINY_A)
+    plan = _write_plan(tmp_path / "plan.toml", conv, backend="openvino", threads=1,
+                       precision="f32", kv_cache_precision="f32")
+    monkeypatch.setenv("COSYVINO_PLAN", plan)
+    r = CliRunner().invoke(main, ["demo", "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert (f"model: {conv} (backend openvino, threads 1, kv_cache_precision f32, "
+            f"precision f32 (plan {plan})") in r.output
+    assert sf.info(tmp_path / "demo-en.wav").frames > 0
+    r = _synth(["--num-speech-tokens", "5", "--json", "Hello.", "-o", str(tmp_path / "x.wav")])
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.stdout)
+    assert stats["backend"] == "openvino" and stats["backend_options"]["precision"] == "f32"
+    r = _synth(["--backend", "torch", "--model-dir", str(TINY_A), "--num-speech-tokens", "5",
+                "--json", "Hello.", "-o", str(tmp_path / "y.wav")])
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.stdout)
+    assert stats["backend"] == "torch" and stats["backend_options"] == {}  # plan's go with it
+
+
+# ---- issue 14 item 5: synth --stream ------------------------------------------------------------
+TWO_SEGMENTS = "第一句话。" * 20  # two text segments (80 + 20 characters)
+
+
+@pytest.mark.parametrize("hop", ["segment", "latency"])
+def test_stream_writes_the_same_file_as_whole_synthesis(tiny_model_dir, tmp_path, hop):
+    if hop not in __import__("cosyvino.request").request.HOP_SCHEDULES:
+        pytest.skip(f"hop schedule {hop!r} not in this build")
+    base = ["--model-dir", tiny_model_dir, "--num-speech-tokens", "40", "--seed", "7",
+            "--hop-schedule", hop, "--json", TWO_SEGMENTS]
+    r = _synth([*base, "--stream", "-o", str(tmp_path / "s.wav")])
+    assert r.exit_code == 0, r.output
+    assert "first audio after " in r.stderr and ", RTF " in r.stderr
+    stats = json.loads(r.stdout)
+    assert stats["first_audio_seconds"] > 0 and stats["chunks"] >= 2
+    r2 = _synth([*base, "-o", str(tmp_path / "w.wav")])
+    assert r2.exit_code == 0, r2.output
+    streamed, whole = (tmp_path / "s.wav").read_bytes(), (tmp_path / "w.wav").read_bytes()
+    assert streamed == whole  # one header, then the same PCM
+    data, sr = sf.read(tmp_path / "s.wav", dtype="int16")
+    assert sr == 22050
+    if hop == "segment":  # token hops may add a few frames at the joins (official streaming)
+        assert data.shape[0] == 2 * mel_frames_for_tokens(40) * 256  # 2 segments
+    assert abs(stats["audio_seconds"] - data.shape[0] / sr) < 1e-3
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_stream_raw_to_stdout_is_the_wav_pcm(tiny_model_dir, tmp_path):
+    args = [sys.executable, "-m", "cosyvino.cli", "synth", "--model-dir", tiny_model_dir,
+            "--num-speech-tokens", "30", "--seed", "3", "--hop-schedule", "segment", "Hello."]
+    proc = subprocess.run([*args, "--stream", "-o", "-", "--json"], capture_output=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert b"first audio after " in proc.stderr and b'"first_audio_seconds"' in proc.stderr
+    ref = subprocess.run([*args, "-o", str(tmp_path / "r.wav")], capture_output=True,
+                         timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    pcm, _ = sf.read(tmp_path / "r.wav", dtype="int16")
+    assert proc.stdout == pcm.astype("<i2").tobytes()
+
+
+def test_stream_failure_leaves_no_file(tiny_model_dir, tmp_path, monkeypatch):
+    import cosyvino.synthesizer
+    from cosyvino.errors import BackendError
+
+    real = cosyvino.synthesizer.Synthesizer.stream
+
+    class Failing:  # the first chunk, then a stage error
+        def __init__(self, stream):
+            self.stream, self.total, self.n = stream, stream.total, 0
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            if self.n:
+                self.stream.close()
+                raise BackendError("stage failed")
+            self.n += 1
+            return next(self.stream)
+
+        def close(self):
+            self.stream.close()
+
+    def failing(self, *a, **k):
+        return Failing(real(self, *a, **k))
+
+    monkeypatch.setattr(cosyvino.synthesizer.Synthesizer, "stream", failing)
+    out = tmp_path / "f.wav"
+    r = _synth(["--model-dir", tiny_model_dir, "--num-speech-tokens", "30", "--stream",
+                TWO_SEGMENTS, "-o", str(out)])
+    assert r.exit_code == 2 and "stage failed" in r.output
+    assert "first audio after" in r.stderr
+    assert list(tmp_path.iterdir()) == []

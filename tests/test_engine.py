@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 
+from cosyvino.audio import join_chunks
 from cosyvino.engine import Phase, RandomDraws, Scheduler
 from cosyvino.errors import (
     EmptyTextError,
@@ -61,13 +62,13 @@ def test_draws_are_indexed_by_seed_segment_and_position():
 
 # ---- requests -------------------------------------------------------------------------------
 def test_request_validation(tts):
-    modes, voices = tts.family.modes, tts.engine.voices
+    modes, voices = tts.engine.modes, tts.engine.voices
     ok = SynthesisRequest("你好", tts.speakers[0]).validated(modes=modes, voices=voices)
     assert isinstance(ok.voice, Voice) and ok.voice.builtin and isinstance(ok.seed, int)
     with pytest.raises(UnknownSpeakerError):
         SynthesisRequest("你好", "nobody").validated(modes=modes, voices=voices)
-    with pytest.raises(InputError, match="mode 'zero_shot' is not supported"):
-        SynthesisRequest("你好", tts.speakers[0], mode="zero_shot").validated(
+    with pytest.raises(InputError, match="mode 'instruct' is not supported"):
+        SynthesisRequest("你好", tts.speakers[0], mode="instruct", instruction="x").validated(
             modes=modes, voices=voices)
     with pytest.raises(InputError, match="instruction is not used by mode 'sft'"):
         SynthesisRequest("你好", tts.speakers[0], instruction="slowly").validated(
@@ -93,28 +94,110 @@ def test_voice_object_equals_builtin_speaker(tts):
 
 
 # ---- one seed, one audio ----------------------------------------------------------------------
-def test_same_seed_same_audio_whole_streamed_engine_and_scheduled(tts):
-    spk = tts.speakers[0]
-    whole = tts.synthesize(TEXT, spk, seed=21)
-    assert whole.stats["segments"] == 3 and whole.stats["seed"] == 21
-    streamed = list(tts.stream(TEXT, spk, seed=21))
-    np.testing.assert_array_equal(np.concatenate([c.samples for c in streamed]), whole.samples)
-    # stepping the program by hand through the engine
-    state = tts.engine.start(SynthesisRequest(TEXT, spk, seed=21))
+SEGMENT = StreamingOptions("segment")
+
+
+def _by_hand(tts, request):
+    """The request's chunks stepping its program in this thread (lane by lane, no scheduler)."""
+    state = tts.engine.start(request)
     phases, chunks = set(), []
     while not state.done:
         phases.add(state.program.phase)
         chunks += tts.engine.step(state)
+    return phases, chunks
+
+
+def test_same_seed_same_audio_whole_streamed_engine_and_scheduled(tts):
+    spk = tts.speakers[0]
+    whole = tts.synthesize(TEXT, spk, seed=21)
+    assert whole.stats["segments"] == 3 and whole.stats["seed"] == 21
+    streamed = list(tts.stream(TEXT, spk, seed=21, hop_schedule="segment"))
+    np.testing.assert_array_equal(join_chunks(streamed, tts.sample_rate), whole.samples)
+    phases, chunks = _by_hand(tts, SynthesisRequest(TEXT, spk, seed=21, streaming=SEGMENT))
     assert {Phase.PREFILL, Phase.DECODE, Phase.FLOW, Phase.VOCODER} <= phases
-    np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), whole.samples)
+    np.testing.assert_array_equal(join_chunks(chunks, tts.sample_rate), whole.samples)
     # interleaved with another request on the scheduler (steps alternate between them)
-    h1 = tts.submit(SynthesisRequest(TEXT, spk, seed=21))
-    h2 = tts.submit(SynthesisRequest("再见。", tts.speakers[2], seed=5))
+    h1 = tts.submit(SynthesisRequest(TEXT, spk, seed=21, streaming=SEGMENT))
+    h2 = tts.submit(SynthesisRequest("再见。", tts.speakers[2], seed=5, streaming=SEGMENT))
     got1, got2 = list(h1), list(h2)
-    np.testing.assert_array_equal(np.concatenate([c.samples for c in got1]), whole.samples)
+    np.testing.assert_array_equal(join_chunks(got1, tts.sample_rate), whole.samples)
     np.testing.assert_array_equal(got2[0].samples,
                                   tts.synthesize("再见。", tts.speakers[2], seed=5).samples)
     assert h1.total == whole.stats["segments"]
+
+
+@pytest.mark.parametrize("schedule", ["latency", "official"])
+def test_token_hops_same_audio_however_stepped(tts, schedule):
+    """A token-hop stream: several chunks per segment, the same samples and tokens whether the
+    lanes overlap on worker threads, run by hand in one thread, or interleave with another
+    request; the tokens equal the whole-segment run's (the LLM does not depend on hops)."""
+    spk = tts.speakers[0]
+    n = 130  # forced tokens per segment: several hops of either schedule
+    req = SynthesisRequest(TEXT, spk, seed=3, num_speech_tokens=n,
+                           streaming=StreamingOptions(schedule))
+    streamed = list(tts.stream(req))
+    _, by_hand = _by_hand(tts, req)
+    other = tts.submit(SynthesisRequest("再见。", tts.speakers[2], seed=5))
+    mixed = list(tts.submit(req))
+    list(other)
+    for got in (by_hand, mixed):
+        assert len(got) == len(streamed)
+        for x, y in zip(streamed, got):
+            np.testing.assert_array_equal(x.samples, y.samples)
+    segs = [c.stats["segment"] for c in streamed]
+    assert segs == sorted(segs) and set(segs) == {0, 1, 2}
+    for s in range(3):
+        mine = [c for c in streamed if c.stats["segment"] == s]
+        assert len(mine) >= 2, "a 130-token segment is several hops"
+        assert [c.stats["chunk"] for c in mine] == list(range(len(mine)))
+        assert [c.stats["is_last_in_segment"] for c in mine] == [False] * (len(mine) - 1) + [True]
+        assert sum(c.speech_tokens.size for c in mine) == n
+    whole = tts.synthesize(req.text, spk, seed=3, num_speech_tokens=n)
+    np.testing.assert_array_equal(np.concatenate([c.speech_tokens for c in streamed]),
+                                  whole.speech_tokens)
+    # same length of audio as the whole-segment run, up to the hops' frame rounding
+    total = sum(c.samples.size for c in streamed)
+    assert abs(total - whole.samples.size) <= 256 * 3 * 4
+
+
+def test_latency_schedule_first_chunk_after_few_tokens(tts):
+    """The first chunk of the latency schedule is emitted once 21 tokens are decoded (hop 15 +
+    overlap 6), while the LLM still has the rest of the segment to decode."""
+    req = SynthesisRequest("你好，世界。", tts.speakers[0], seed=1, num_speech_tokens=100)
+    state = tts.engine.start(req)
+    while True:
+        out = tts.engine.step(state)
+        if out:
+            break
+    assert len(state.program.tokens) == 21
+    assert out[0].speech_tokens.size == 15 and out[0].stats["chunk"] == 0
+    state.cancel.set()
+    with pytest.raises(SynthesisCancelled):
+        tts.engine.step(state)
+
+
+def test_cancel_stops_a_flow_hop_between_estimator_calls(tts):
+    """Cancellation reaches the flow within one estimator call (not after the whole ODE)."""
+    req = SynthesisRequest(speech_tokens=np.arange(60), voice=tts.speakers[0], seed=0,
+                           streaming=SEGMENT)
+    state = tts.engine.start(req)
+    calls = []
+    real = tts.stages.estimate
+
+    def estimate(*a):
+        calls.append(1)
+        if len(calls) == 2:
+            state.cancel.set()
+        return real(*a)
+
+    tts.stages.estimate = estimate
+    try:
+        with pytest.raises(SynthesisCancelled):
+            while not state.done:
+                tts.engine.step(state)
+    finally:
+        del tts.stages.estimate
+    assert len(calls) == 2
 
 
 def test_unseeded_request_records_its_seed_and_replays(tts):
@@ -212,3 +295,63 @@ def test_mode_inputs_reach_the_mode_builders(tts, monkeypatch):
     assert a.samples.size and not np.array_equal(a.samples, b.samples)
     with pytest.raises(TypeError):
         tts.synthesize("你好。", tts.speakers[0], style="x")
+
+
+def test_official_hops_on_a_short_segment_equal_the_whole_segment(tts):
+    """Fewer tokens than one official hop + overlap (120): the official streaming runs one
+    final hop, which is the whole-segment computation: same draws, same audio."""
+    spk = tts.speakers[1]
+    a = tts.synthesize("你好。", spk, seed=8, num_speech_tokens=90, hop_schedule="official")
+    b = tts.synthesize("你好。", spk, seed=8, num_speech_tokens=90)
+    assert a.stats["chunks"] == 1
+    np.testing.assert_allclose(a.samples, b.samples, atol=1e-6)
+
+
+def test_engine_official_hops_replay_the_algorithm(tts):
+    """The engine's official schedule is OfficialTokenHopStream fed the request's draws:
+    replaying the same noise/source through the algorithm gives the same chunks."""
+    from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
+    from cosyvino.families.cosyvoice1.official_stream import (OfficialTokenHopStream,
+                                                              StreamConstants, hop_windows)
+
+    spk = tts.speakers[0]
+    tokens = np.random.default_rng(0).integers(0, 4096, 250)
+    req = SynthesisRequest(speech_tokens=tokens, voice=spk, seed=6,
+                           streaming=StreamingOptions("official"))
+    chunks = list(tts.submit(req))
+    draws, cfg = RandomDraws(6), tts.config
+    st = OfficialTokenHopStream(tts.stages, tts.stages.speakers[spk])
+    frames = lambda n: mel_frames_for_tokens(n, token_rate=cfg.flow.input_frame_rate,  # noqa
+                                             sample_rate=cfg.sample_rate,
+                                             hop=cfg.hift.hop_length)
+    pos, h = 0, cfg.hift
+    windows = hop_windows(tokens.size, StreamConstants())
+    assert len(windows) == len(chunks) == 3
+    for (a, b, fin), chunk in zip(windows, chunks):
+        noise = draws.flow_noise(0, 80, frames(b - a), start=frames(a))
+        mel = st.flow_hop(tokens[a:b], fin, noise=noise)
+        phase, nsf = draws.nsf(0, h.nb_harmonics + 1, h.hop_length * mel.shape[-1],
+                               start=pos * h.hop_length)
+        source = tts.stages.vocoder_source(tts.stages.vocoder_f0(mel), phase, nsf)
+        np.testing.assert_array_equal(st.vocoder_hop(source), chunk.samples)
+        pos += mel.shape[-1] - StreamConstants().mel_cache_len
+
+
+@pytest.mark.parametrize("n", [1, 50, 119, 120, 121, 220, 250, 301, 777])
+def test_token_hop_policy_matches_the_official_windows_token_by_token(n):
+    """Asking the policy after every token (as the LLM lane does) gives the official windows of
+    the whole utterance (upstream CosyVoiceModel.tts), each hop once, in order."""
+    from cosyvino.families.cosyvoice1.official_stream import StreamConstants, hop_windows
+    from cosyvino.families.cosyvoice1.streaming import LATENCY, policy
+
+    for name, constants in (("official", StreamConstants()), ("latency", LATENCY)):
+        p = policy(name)
+        got = []
+        for i in range(1, n + 1):
+            got += p.due(i, finished=False)
+        got += p.due(n, finished=True)
+        assert p.due(n, finished=True) == []
+        assert [(h.start, h.stop, h.finalize) for h in got] == hop_windows(n, constants)
+    # the latency schedule: first hop 15 (+6 overlap), then doubling up to 200
+    assert [(a, b) for a, b, _ in hop_windows(500, LATENCY)][:5] == [
+        (0, 21), (15, 51), (45, 111), (105, 231), (225, 431)]

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from cosyvino import Synthesizer  # noqa: E402
 from cosyvino.errors import ConvertedModelError  # noqa: E402
-from conftest import TINY_A  # noqa: E402
+from conftest import TINY_A, cpu_has_native_bf16  # noqa: E402
 
 F32 = {"precision": "f32", "kv_cache_precision": "f32", "cache_dir": ""}
 
@@ -146,7 +146,8 @@ def test_stage_precision_option(converted_dir):
                       precision="f32", cache_dir="", stage_precision={"hift_decode": "bf16"})
     info = tts.stages.compile_info
     assert info["estimator"]["INFERENCE_PRECISION_HINT"] == "f32"
-    assert info["hift_decode"]["INFERENCE_PRECISION_HINT"] in ("bf16", "f32")  # f32: no bf16
+    assert info["hift_decode"]["INFERENCE_PRECISION_HINT"] == (  # f32 where bf16 is not native
+        "bf16" if cpu_has_native_bf16() else "f32")
     audio = tts.synthesize("Hello.", tts.speakers[0], seed=0, num_speech_tokens=5)
     assert audio.samples.size > 0 and np.all(np.isfinite(audio.samples))
     with pytest.raises(BackendError, match="unknown stage 'vocoder'"):
@@ -371,3 +372,18 @@ def test_convert_does_not_keep_an_older_llm_export_layout(ov_copy, field):
     manifest.pop("checksum", None)
     write_manifest(str(ov_copy), manifest)
     assert up_to_date_conversion(str(TINY_A), str(ov_copy), "openvino", "fp32") is None
+
+
+def test_stage_threads_option_sets_each_stage_thread_count():
+    pytest.importorskip("openvino")
+    from cosyvino.errors import BackendError
+    from cosyvino_openvino.stages import stage_threads_properties
+
+    per = {"llm": {"INFERENCE_NUM_THREADS": 2}, "estimator": {"INFERENCE_NUM_THREADS": 2}}
+    out = stage_threads_properties(per, {"llm": 1})
+    assert out["llm"]["INFERENCE_NUM_THREADS"] == 1
+    assert out["estimator"]["INFERENCE_NUM_THREADS"] == 2
+    with pytest.raises(BackendError, match="unknown stage"):
+        stage_threads_properties(per, {"vocoder": 1})
+    with pytest.raises(BackendError, match=">= 1"):
+        stage_threads_properties(per, {"llm": 0})

@@ -19,6 +19,7 @@ httpx = pytest.importorskip("httpx")
 sf = pytest.importorskip("soundfile")
 
 from cosyvino import Synthesizer  # noqa: E402
+from cosyvino.errors import InputError  # noqa: E402
 from cosyvino.server import ServerConfig  # noqa: E402
 from cosyvino.server.encoding import join_segments, to_int16  # noqa: E402
 from server_harness import RunningServer, metric  # noqa: E402
@@ -54,8 +55,9 @@ def server(synth, tmp_path_factory):
 @pytest.fixture(scope="module")
 def busy_server(serial_synth):
     """One session, no queue, API key: for 503, disconnect and auth tests."""
+    # a long timeout: LONG must be admitted (it is the long-running request these tests hold)
     cfg = ServerConfig(max_sessions=1, queue_size=0, num_speech_tokens=60, api_key="s3cret",
-                       cache_memory_mb=0, request_timeout=60)
+                       cache_memory_mb=0, request_timeout=600, metrics_auth=False)
     s = RunningServer(cfg, [serial_synth])
     yield s
     s.stop()
@@ -66,8 +68,7 @@ def post(url, body, **kw):
 
 
 def expected_pcm16(synth, text, seed, voice=VOICE, tokens=TOKENS, speed=1.0) -> np.ndarray:
-    chunks = [a.samples for a in synth.stream(text, voice, seed=seed, speed=speed,
-                                              num_speech_tokens=tokens)]
+    chunks = list(synth.stream(text, voice, seed=seed, speed=speed, num_speech_tokens=tokens))
     return to_int16(join_segments(chunks, synth.sample_rate))
 
 
@@ -90,16 +91,31 @@ def assert_error(r, status, param=None, code=None):
 
 
 # ---- endpoints and formats -------------------------------------------------------------------
+def _decode(data: bytes, fmt: str) -> tuple[np.ndarray, int]:
+    """Decoded mono float samples and rate: soundfile, or PyAV for the streamed FLAC (its
+    STREAMINFO says "length unknown", which libsndfile cannot read to the end) and aac."""
+    if fmt not in ("flac", "aac"):
+        return sf.read(io.BytesIO(data), dtype="float32")
+    import av
+
+    with av.open(io.BytesIO(data)) as f:
+        frames = [fr.to_ndarray().astype(np.float32).reshape(-1) for fr in f.decode(audio=0)]
+        rate = f.streams.audio[0].rate
+    x = np.concatenate(frames)
+    return (x / 32768.0 if fmt == "flac" and np.abs(x).max() > 1.5 else x), rate
+
+
 @pytest.mark.parametrize("fmt,ctype,rate", [("wav", "audio/wav", 22050),
                                             ("flac", "audio/flac", 22050),
                                             ("mp3", "audio/mpeg", 22050),
-                                            ("opus", "audio/ogg", 24000)])
+                                            ("opus", "audio/ogg", 24000),
+                                            ("aac", "audio/aac", 22050)])
 def test_speech_formats_decode(server, synth, fmt, ctype, rate):
     r = post(server.url, {"model": "tts-1", "input": TWO, "voice": VOICE,
                           "response_format": fmt, "seed": 5})
     assert r.status_code == 200, r.text
     assert r.headers["content-type"] == ctype
-    samples, sr = sf.read(io.BytesIO(r.content), dtype="float32")
+    samples, sr = _decode(r.content, fmt)
     assert sr == rate
     n_expected = expected_pcm16(synth, TWO, 5).shape[0] * rate / 22050
     assert abs(samples.shape[0] - n_expected) < 0.05 * n_expected + 2048
@@ -147,9 +163,9 @@ def test_single_segment_equals_synthesize(server, synth):
 def test_segment_joins_have_no_jumps(server, synth):
     r = post(server.url, {"input": TWO, "voice": VOICE, "response_format": "wav", "seed": 4})
     samples, _ = wav_samples(r.content)
-    chunks = [a.samples for a in synth.stream(TWO, VOICE, seed=4, num_speech_tokens=TOKENS)]
-    assert len(chunks) >= 2
-    join = chunks[0].shape[0]
+    chunks = list(synth.stream(TWO, VOICE, seed=4, num_speech_tokens=TOKENS))
+    assert {c.stats["segment"] for c in chunks} == {0, 1}
+    join = sum(c.samples.shape[0] for c in chunks if c.stats["segment"] == 0)
     around = samples[join - 3:join + 3].astype(np.float32) / 32767
     assert np.abs(around).max() < 0.02  # both sides fade to zero at the join
 
@@ -369,6 +385,9 @@ def test_disconnect_takes_the_request_out_of_the_scheduler(busy_server):
     r = httpx.post(url + "/v1/audio/speech", headers=auth, timeout=60,
                    json={"input": SHORT, "voice": VOICE, "response_format": "wav", "seed": 8})
     assert r.status_code == 200
+    deadline = time.monotonic() + 20  # the worker reports the end just after the last byte
+    while pool.running and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert pool.running == 0
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
@@ -479,14 +498,14 @@ def test_concurrent_requests_on_a_shared_model_run_together_on_the_scheduler(tin
     lock = threading.Lock()
     both_in = threading.Barrier(2, timeout=30)
 
-    def step(state):
+    def step(state, *args, **kwargs):
         with lock:
             steps.append((threading.current_thread().name, id(state)))
             is_first = id(state) not in first
             first.add(id(state))
         if is_first:  # hold each request's first step until the other is scheduled too
             both_in.wait()
-        return type(engine).step(engine, state)
+        return type(engine).step(engine, state, *args, **kwargs)
 
     jobs = [(SHORT, 31), ("Good morning.", 32)]
     try:
@@ -511,3 +530,63 @@ def test_concurrent_requests_on_a_shared_model_run_together_on_the_scheduler(tin
         direct = shared.synthesize(text, VOICE, seed=seed, num_speech_tokens=TOKENS)
         assert direct.stats["segments"] == 1
         np.testing.assert_array_equal(wav_samples(r.content)[0], direct.to_int16())
+
+
+# ---- reliability (issue 19) --------------------------------------------------------------------
+@pytest.mark.parametrize("endpoint", ["/v1/audio/speech", "/inference_sft"])
+@pytest.mark.parametrize("depth", [40, 1000, 100_000])
+def test_deeply_nested_json_is_a_400(server, endpoint, depth):
+    """Item 7: an `input` nested 1,000 levels gave 500 RecursionError."""
+    field = "input" if endpoint == "/v1/audio/speech" else "tts_text"
+    body = ('{"%s": ' % field + "[" * depth + "]" * depth + ', "voice": "x"}').encode()
+    r = httpx.post(server.url + endpoint, content=body, timeout=60,
+                   headers={"content-type": "application/json"})
+    err = assert_error(r, 400, code="invalid_json")
+    assert "nested too deeply" in err["message"] and "32 levels" in err["message"]
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_input_that_cannot_finish_within_the_timeout_is_refused_up_front(serial_synth):
+    """Item 2: a long input was admitted, streamed for the whole timeout and cut with status
+    200. Once the server has measured its speed, such a request is a 400 naming the limit,
+    before any synthesis."""
+    cfg = ServerConfig(max_sessions=1, queue_size=8, num_speech_tokens=60, cache_memory_mb=0,
+                       request_timeout=5)
+    s = RunningServer(cfg, [serial_synth])
+    try:
+        s.state.pool.estimator.observe_chunk(10.0, 10.0)  # measured: 1 s per s of speech
+        r = post(s.url, {"input": LONG, "voice": VOICE, "response_format": "wav"})
+        err = assert_error(r, 400, "input", "input_too_long")
+        assert "request timeout is 5 s" in err["message"]
+        r = httpx.post(s.url + "/inference_sft", data={"tts_text": LONG, "spk_id": VOICE},
+                       timeout=60)
+        assert_error(r, 400, "tts_text", "input_too_long")
+        assert metric(s.url, "cosyvino_refused_total", 'reason="too_long"') == 2
+        assert s.state.pool.running == 0 and s.state.pool._admitted == 0
+        info = httpx.get(s.url + "/ready").json()["admission"]
+        assert info["rtf"] == pytest.approx(1.0) and info["measured_speech_seconds"] == 10
+        # a short one still runs
+        r = post(s.url, {"input": SHORT, "voice": VOICE, "response_format": "wav"})
+        assert r.status_code == 200
+    finally:
+        s.stop()
+
+
+def test_metrics_can_require_the_api_key(busy_server, serial_synth):
+    """Item 14: /metrics answered without the key while everything else needed it; it stays
+    open by default (busy_server has a key) and takes the key with metrics_auth."""
+    assert httpx.get(busy_server.url + "/metrics").status_code == 200
+    cfg = ServerConfig(max_sessions=1, queue_size=0, api_key="k3y", metrics_auth=True,
+                       cache_memory_mb=0, warmup=False)
+    s = RunningServer(cfg, [serial_synth])
+    try:
+        assert_error(httpx.get(s.url + "/metrics"), 401, code="invalid_api_key")
+        r = httpx.get(s.url + "/metrics", headers={"Authorization": "Bearer k3y"})
+        assert r.status_code == 200 and "cosyvino_requests_total" in r.text
+        assert httpx.get(s.url + "/health").status_code == 200
+        assert httpx.get(s.url + "/ready").status_code == 200
+    finally:
+        s.stop()
+    with pytest.raises(InputError, match="needs an API key"):
+        ServerConfig(metrics_auth=True).validate()
+

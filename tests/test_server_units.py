@@ -127,9 +127,8 @@ def test_synthesizer_cancel_and_max_parallel(tiny_model_dir):
         next(stream)
     # an unset event changes nothing
     a = tts.synthesize(text, "中文女", seed=0, num_speech_tokens=5)
-    b = np.concatenate([x.samples for x in tts.stream(text, "中文女", seed=0,
-                                                      num_speech_tokens=5,
-                                                      cancel=threading.Event())])
+    b = join_segments(list(tts.stream(text, "中文女", seed=0, num_speech_tokens=5,
+                                      cancel=threading.Event())), tts.sample_rate)
     np.testing.assert_array_equal(a.samples, b)
     with pytest.raises(InputError):
         tts.set_max_parallel(0)
@@ -151,9 +150,9 @@ def _gated(engine):
     gate = threading.Event()
     real = type(engine).step
 
-    def step(state):
+    def step(state, *args, **kwargs):
         assert gate.wait(30), "test gate never opened"
-        return real(engine, state)
+        return real(engine, state, *args, **kwargs)
 
     engine.step = step
     return gate
@@ -290,7 +289,7 @@ def test_pool_schedules_one_engine_per_loaded_model():
     from cosyvino.server.config import ServerConfig
     from cosyvino.server.pool import SynthesisPool
 
-    synths = [SimpleNamespace(engine=object()) for _ in range(3)]
+    synths = [SimpleNamespace(engine=SimpleNamespace(lane_locks=())) for _ in range(3)]
     pool = SynthesisPool(ServerConfig(max_sessions=3, warmup=False), synths)
     pool.load()
     try:
@@ -300,3 +299,161 @@ def test_pool_schedules_one_engine_per_loaded_model():
         assert len(pool.scheduler._threads) == 3
     finally:
         pool.shutdown()
+
+
+# ---- admission: work estimates, deadlines, Retry-After (issue 19, items 2, 3, 5, 10) ---------
+class FakeClock:
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _bare_pool(sessions=1, queue=8, timeout=120.0, clock=None):
+    """A pool that admits without a model (no scheduler): enter/acquire/leave only."""
+    from cosyvino.server.config import ServerConfig
+    from cosyvino.server.pool import SynthesisPool
+
+    pool = SynthesisPool(ServerConfig(max_sessions=sessions, queue_size=queue,
+                                      request_timeout=timeout, warmup=False),
+                         clock=clock or FakeClock())
+    pool.ready.set()
+    return pool
+
+
+def _forced(seconds: float):
+    """A request of exactly ``seconds`` of speech (forced 50 tokens/s, one segment)."""
+    from cosyvino.request import SynthesisRequest
+
+    return SynthesisRequest(text="x", num_speech_tokens=int(round(seconds * 50)))
+
+
+def _measured(pool, rtf: float, seconds: float = 20.0) -> None:
+    """Make the estimator have measured ``seconds`` of speech at ``rtf``."""
+    pool.estimator.observe_chunk(rtf * seconds, seconds)
+
+
+def _run_one(pool, seconds: float):
+    """Admit a request of ``seconds`` and give it a slot (it is then 'running')."""
+    import asyncio
+
+    ticket = pool.enter(_forced(seconds))
+    assert asyncio.run(pool.acquire(5, asyncio.Event(), ticket=ticket))
+    return ticket
+
+
+def test_text_units_weigh_scripts_by_speaking_time():
+    from cosyvino.server.pool import LETTER_UNITS, text_units
+
+    assert text_units("你好，世界。") == 4.0
+    assert text_units("こんにちは") == 5.0 and text_units("안녕") == 2.0
+    assert text_units("Hello, world!") == pytest.approx(10 * LETTER_UNITS)
+    assert text_units(" ,.!?\n") == 0.0
+
+
+def test_estimator_follows_recent_requests_not_old_long_ones():
+    from cosyvino.server.pool import PRIOR_RTF, WorkEstimator
+
+    clock = FakeClock()
+    est = WorkEstimator(clock)
+    assert est.rtf == pytest.approx(PRIOR_RTF) and not est.confident
+    for _ in range(30):  # one long, slow request: 60 s of speech at 5x
+        est.observe_chunk(10.0, 2.0)
+        clock.t += 10
+    assert est.rtf == pytest.approx(5.0, rel=0.05) and est.confident
+    clock.t += 3600  # idle time alone changes nothing
+    assert est.rtf == pytest.approx(5.0, rel=0.05)
+    for _ in range(40):  # then short requests at 1x, 4 s each
+        est.observe_chunk(4.0, 4.0)
+        clock.t += 4
+    assert est.rtf == pytest.approx(1.0, rel=0.2)  # the old long request no longer dominates
+    est.observe_request(100.0, 30.0)
+    assert 0.22 < est.speech_per_unit < 0.3
+
+
+def test_retry_after_is_the_time_until_a_slot_frees():
+    """Issue 19 item 3: 'retry-after: 35' while requests took ~4 s each. A full queue frees a
+    place when the running request ends: Retry-After is that, not the whole queue."""
+    from cosyvino.server.pool import Busy
+
+    clock = FakeClock()
+    pool = _bare_pool(sessions=1, queue=8, clock=clock)
+    _measured(pool, 1.0)
+    running = _run_one(pool, 4.0)
+    for _ in range(8):
+        pool.enter(_forced(4.0))
+    clock.t += 1.0
+    pool.estimator.observe_chunk(1.0, 1.0)  # 1 s of its 4 s delivered
+    running.done = 1.0
+    with pytest.raises(Busy) as busy:
+        pool.enter(_forced(4.0))
+    assert busy.value.reason == "queue_full"
+    assert busy.value.retry_after == 3  # 3 s of speech left at 1x
+    assert pool.retry_after() == 3
+
+
+def test_admission_counts_the_work_already_queued():
+    """Issue 19 items 2/10: a request that would finish after its deadline behind the work
+    already admitted is refused up front (503 + Retry-After), not admitted to time out."""
+    from cosyvino.server.pool import MARGIN, Busy
+
+    pool = _bare_pool(sessions=1, queue=8, timeout=30.0)
+    _measured(pool, 1.0)
+    _run_one(pool, 10.0)
+    admitted = 0
+    with pytest.raises(Busy) as busy:
+        for _ in range(8):
+            pool.enter(_forced(5.0))
+            admitted += 1
+    # waits 10, 15, 20 s fit (+ 5 s x margin <= 30 s); 25 s does not
+    assert admitted == 3 and busy.value.reason == "deadline"
+    assert busy.value.retry_after == int(-(-(25 + 5 * MARGIN - 30) // 1))
+    assert "30 s request timeout" in str(busy.value)
+    assert pool._admitted == 4
+    # a shorter request still fits behind them
+    pool.enter(_forced(1.0))
+    assert pool.estimates()["backlog_seconds"] == pytest.approx(26.0, rel=0.01)
+
+
+def test_a_request_that_can_never_fit_the_timeout_is_a_400(tiny_model_dir):
+    from cosyvino.server.pool import TooLong
+
+    pool = _bare_pool(sessions=1, queue=8, timeout=30.0)
+    pool.enter(_forced(40.0))  # nothing measured yet: an idle server does not guess
+    pool.leave()
+    _measured(pool, 1.0)
+    with pytest.raises(TooLong) as e:
+        pool.enter(_forced(40.0))
+    assert e.value.limit == 30.0 and e.value.speech_seconds == pytest.approx(40.0)
+    assert "request timeout is 30 s" in str(e.value) and "24 s of speech" in str(e.value)
+    assert pool._admitted == 0
+
+
+def test_a_queued_request_leaves_with_503_once_its_deadline_is_unreachable():
+    """Issue 19 item 5: an admitted request must finish or be refused early; it must not wait
+    in the queue past the point where it could still finish, then time out."""
+    import asyncio
+
+    from cosyvino.server.pool import Busy
+
+    clock = FakeClock()
+    pool = _bare_pool(sessions=1, queue=8, timeout=30.0, clock=clock)
+    _measured(pool, 1.0)
+    _run_one(pool, 10.0)  # holds the only slot
+    queued = pool.enter(_forced(5.0))
+
+    async def scenario():
+        waiting = asyncio.ensure_future(pool.acquire(30.0, asyncio.Event(), ticket=queued))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        # the running request turns out slower: the queued one can no longer make it
+        clock.t += 20.0
+        pool.estimator.observe_chunk(40.0, 2.0)
+        with pytest.raises(Busy) as busy:
+            await asyncio.wait_for(waiting, 10)
+        return busy.value
+
+    busy = asyncio.run(scenario())
+    assert busy.reason == "deadline" and busy.retry_after >= 1
+    assert pool._admitted == 1 and queued not in pool._queued

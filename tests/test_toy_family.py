@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import toyfamily  # noqa: E402  (tests/ is on sys.path: tests/conftest.py's dir)
+from cosyvino.audio import join_chunks
 from cosyvino import Synthesizer  # noqa: E402
 from cosyvino.errors import BackendError  # noqa: E402
 from cosyvino.families import detect_family, family_classes, get_family  # noqa: E402
@@ -153,7 +154,7 @@ def test_torch_determinism_per_seed_and_stream_equals_whole(torch_tts):
     chunks = list(tts.stream(_request(5)))
     assert [c.stats["segment"] for c in chunks] == [0, 1]
     assert [c.stats["text"] for c in chunks] == ["Hello there.", "How are you today?"]
-    np.testing.assert_array_equal(np.concatenate([c.samples for c in chunks]), a.samples)
+    np.testing.assert_array_equal(join_chunks(chunks, tts.sample_rate), a.samples)
     forced = tts.synthesize(_request(5, num_speech_tokens=7))
     assert forced.speech_tokens.size == 14  # 7 per segment
 
@@ -216,7 +217,7 @@ def test_scheduler_runs_toy_requests_concurrently(ort_tts, torch_tts):
         chunks = list(handle)
         assert len(chunks) == handle.total == 2
         whole = torch_tts.synthesize(_request(seed))
-        samples = np.concatenate([c.samples for c in chunks])
+        samples = join_chunks(chunks, ort_tts.sample_rate)
         np.testing.assert_array_equal(np.concatenate([c.speech_tokens for c in chunks]),
                                       whole.speech_tokens)
         assert _maxabs(samples, whole.samples) < WAV_ATOL

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import ModelDirError
+from ..errors import BackendError, ModelDirError
 
 
 class Stages(abc.ABC):
@@ -155,6 +155,22 @@ class Backend(abc.ABC):
         ``{"error": "..."}`` and planning goes on. Default: ``{}`` (nothing of its own).
         """
         return {}
+
+    #: True when :meth:`onnx_runner` works (the backend runs plain ONNX files)
+    runs_onnx: ClassVar[bool] = False
+
+    @classmethod
+    def onnx_runner(cls, path: str, **options):
+        """A runner of a plain ONNX file a checkpoint ships (CosyVoice: ``campplus.onnx``,
+        ``speech_tokenizer_v1.onnx``): an object with ``run(inputs: list[np.ndarray]) ->
+        list[np.ndarray]`` (inputs and outputs by position) and ``close()``. Default: this
+        backend cannot.
+
+        Raises:
+            BackendError: always here; backends that can run ONNX (OpenVINO, ONNX Runtime)
+                override it (and raise ModelDirError for a missing or unreadable file).
+        """
+        raise BackendError(f"backend {cls.name!r} cannot run plain ONNX files")
 
     @classmethod
     def inventory_of(cls, model_dir: str | None, probe=None) -> dict:

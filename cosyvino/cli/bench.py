@@ -92,10 +92,14 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
 @click.option("--json-out", default="bench-results.json", show_default=True,
               help="Where to write the full results.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of the table.")
+@click.option("--stream-runs", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Streamed runs per text and hop schedule (first-chunk p50/p95, streaming "
+                   "RTF, underrun); 0 skips the streaming rows.")
 @_friendly_errors
-def bench(model_dir, backends, tokens, threads, json_out, as_json):
+def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs):
     """Benchmark backends side by side: per-stage ms, LLM ms/token, estimator ms/call,
-    vocoder ms, RTF, first-segment latency, peak RSS, load time, LLM decode roofline."""
+    vocoder ms, RTF, first-segment latency, peak RSS, load time, LLM decode roofline; and,
+    streamed, first-chunk latency p50/p95, streaming RTF and underrun per hop schedule."""
     from cosyvino.bench import TEXTS, markdown, roofline, run_backend_subprocess
     from cosyvino.defaults import ensure_default_model
     from cosyvino.families.cosyvoice1.yaml_config import read_model_config
@@ -113,7 +117,7 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
         click.echo(f"bench: {label} ({len(TEXTS)} texts x {tokens} tokens) ...", err=True)
         t = time.perf_counter()
         r = run_backend_subprocess(backend, os.path.join(model_dir, sub) if sub else model_dir,
-                                   tokens, threads, opts)
+                                   tokens, threads, opts, stream_runs=stream_runs)
         r["label"] = label
         results.append(r)
         click.echo(f"bench: {label} done in {time.perf_counter() - t:.0f} s"
@@ -123,9 +127,15 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json):
     if any("mean" in r for r in results):
         roof = roofline(read_model_config(os.path.join(model_dir, "cosyvoice.yaml")), results,
                         tokens)
-    table = markdown(results, roof)
+    from cosyvino.planner.topology import probe_topology
+
+    probe = probe_topology()
+    isa = ", ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
+                                "amx_int8") if f in set(getattr(probe, "flags", ()) or ()))
+    cpu = f"{probe.cpu_model or platform.machine()} ({isa or 'no AVX2'}), {os.cpu_count()} CPUs"
+    table = f"CPU: {cpu}\n\n" + markdown(results, roof)
     data = {"model_dir": model_dir, "tokens": tokens, "threads": threads,
-            "texts": [t[2] for t in TEXTS], "cpu": platform.processor() or platform.machine(),
+            "texts": [t[2] for t in TEXTS], "cpu": cpu,
             "cpu_count": os.cpu_count(), "results": results, "roofline": roof,
             "markdown": table}
     if json_out:

@@ -12,7 +12,8 @@ import sys
 import click
 
 from cosyvino.cli.errors import friendly_errors
-from cosyvino.errors import BackendError, InputError, ModelDirError
+from cosyvino.errors import BackendError, InputError, ModelDirError, UnknownSpeakerError
+from cosyvino.request import HOP_SCHEDULES, MAX_SPEED, MIN_SPEED
 
 DEMO_SENTENCES = (
     ("zh", "中文女", "你好，欢迎使用 cosyvino，这是在普通服务器处理器上运行的语音合成服务。"),
@@ -37,26 +38,278 @@ def _summary(stats: dict) -> str:
     parts = [f"audio {stats['audio_seconds']:.2f} s", f"wall {stats['wall_seconds']:.2f} s",
              f"RTF {stats['rtf']:.3f}" if stats.get("rtf") else "RTF n/a",
              f"{stats['speech_tokens']} speech tokens"]
-    if stats.get("first_segment_latency") is not None:
+    if stats.get("first_audio_seconds") is not None:
+        parts.append(f"first audio {stats['first_audio_seconds']:.2f} s")
+    elif stats.get("first_segment_latency") is not None:
         parts.append(f"first segment {stats['first_segment_latency']:.2f} s")
     return ", ".join(parts)
 
 
-def _synthesizer(model_dir, backend, threads):
+#: what ``synth`` writes: the audio file formats of :data:`cosyvino.audio.FORMATS` and ``raw``
+#: (int16 little-endian mono PCM at the model rate, no header; the only format for ``-o -``)
+OUTPUT_FORMATS = ("wav", "flac", "mp3", "ogg", "raw")
+#: file extensions that mean ``raw``
+_RAW_EXTENSIONS = ("raw", "pcm")
+
+
+def _read_text(text: str | None, text_file: str | None) -> str:
+    """The text to speak, from TEXT or ``--text-file`` (``-`` = stdin), decoded as UTF-8.
+
+    Raises InputError: both or neither given, an unreadable file, bytes that are not UTF-8
+    (with the offset of the first bad byte), or TEXT with undecodable bytes from the command
+    line (Python keeps them as lone surrogates)."""
+    if text_file is not None:
+        if text is not None:
+            raise InputError("give either TEXT or --text-file, not both")
+        name = "stdin" if text_file == "-" else text_file
+        try:
+            if text_file == "-":
+                data = sys.stdin.buffer.read()
+            else:
+                with open(text_file, "rb") as f:
+                    data = f.read()
+        except OSError as e:
+            raise InputError(f"cannot read --text-file {name}: {e.strerror or e}") from None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"--text-file {name} is not valid UTF-8: byte 0x{data[e.start]:02x} "
+                             f"at offset {e.start}; convert it (e.g. iconv -t UTF-8)") from None
+    if text is None:
+        raise InputError("no text: pass TEXT or --text-file")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"TEXT is not valid UTF-8 (undecodable bytes at character {e.start}); "
+                         "check the terminal's encoding or use --text-file") from None
+    return text
+
+
+def _output_format(output: str, fmt: str | None) -> str:
+    """The format ``output`` is written in: ``--format``, else the extension (none = wav; .raw
+    or .pcm = raw); ``-`` (stdout) is raw only. Checked before any model loads.
+
+    Raises InputError: unknown format, stdout with a container format, a missing output
+    directory, an output path that is a directory."""
+    if output == "-":
+        if fmt not in (None, "raw"):
+            raise InputError(f"-o - writes raw int16 PCM to stdout; {fmt} needs a file "
+                             "(give -o NAME.{fmt}) or use --format raw")
+        return "raw"
+    ext = os.path.splitext(output)[1].lstrip(".").lower()
+    fmt = fmt or ("raw" if ext in _RAW_EXTENSIONS else ext or "wav")
+    if fmt not in OUTPUT_FORMATS:
+        raise InputError(f"unknown audio format {fmt!r} (from -o {output}); choose one of "
+                         f"{', '.join(OUTPUT_FORMATS)} (by extension or --format)")
+    if os.path.isdir(output):
+        raise InputError(f"output {output} is a directory; give a file name")
+    directory = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(directory):  # a typo must not waste the synthesis
+        raise InputError(f"output directory does not exist: {directory}")
+    return fmt
+
+
+def _run_settings(ctx, plan_path, model_dir, backend, threads) -> dict:
+    """Model dir, backend, threads and backend options for ``demo`` / ``synth``: those of the
+    plan ``serve`` would use (:func:`cosyvino.server.config.find_plan` /
+    :func:`~cosyvino.server.config.settings_from_plan`: ``--plan``, ``$COSYVINO_PLAN``,
+    ``./plan.toml``, ``<model-dir>/plan.toml``), with flags given explicitly winning (the plan's
+    backend options, e.g. its precision, go with its backend: dropped when ``--backend``
+    overrides it). A plan made for another model than ``--model-dir`` is not used.
+
+    Returns {"model_dir", "backend", "threads", "backend_options", "source", "notes"}:
+    ``source`` says where the values came from, ``notes`` what was not used and why.
+
+    Raises InputError / PlanError: an unreadable plan file."""
+    from click.core import ParameterSource
+
+    from cosyvino.server.config import find_plan, settings_from_plan
+
+    settings = {"model_dir": model_dir, "backend": backend, "threads": threads,
+                "backend_options": {}}
+    given = {k for k in ("model_dir", "backend", "threads") if ctx.get_parameter_source(k) in (
+        ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+    source, notes = ("flags" if given else "defaults"), []
+    path = plan_path if plan_path is not None else find_plan(model_dir)
+    if path is not None:
+        planned = settings_from_plan(path)
+        planned_dir = planned.get("model_dir")
+        if "model_dir" in given and planned_dir and not _same_model(model_dir, planned_dir):
+            notes.append(f"plan {os.path.abspath(path)} is for {planned_dir}, not {model_dir}: "
+                         "not used")
+        else:
+            for key, value in planned.items():
+                if key in settings and key not in given and not (
+                        key == "backend_options" and "backend" in given):
+                    settings[key] = value
+            overridden = sorted(k.replace("_", "-") for k in given - {"model_dir"}
+                                if k in planned)
+            source = f"plan {os.path.abspath(path)}" + (
+                f", overridden by --{', --'.join(overridden)}" if overridden else "")
+    return dict(settings, source=source, notes=notes)
+
+
+def _same_model(a: str, b: str) -> bool:
+    """True when model dirs ``a`` and ``b`` are the same or one holds the other (a plan made for
+    D may name D or a converted dir inside it, e.g. D/openvino-int8)."""
+    a, b = (os.path.realpath(os.path.expanduser(p)) for p in (a, b))
+    return os.path.commonpath([a, b]) in (a, b)
+
+
+def _describe(run: dict) -> str:
+    """One line saying what will run and where that came from."""
+    opts = run["backend_options"]
+    parts = [f"backend {run['backend']}", f"threads {run['threads'] or 'default'}"]
+    precision = {k: v for k, v in opts.items() if "precision" in k}
+    if precision:
+        parts.append(", ".join(f"{k} {v}" for k, v in sorted(precision.items())))
+    return ", ".join(parts) + f" ({run['source']})"
+
+
+def _check_before_load(model_dir: str | None, text: str, speaker: str | None) -> None:
+    """What can be checked without loading the model: the text has something to speak (the
+    model family's frontend on the model's config; the embedded default's v1 frontend while
+    that model does not exist yet) and the speaker is one of the model's.
+
+    Raises EmptyTextError / UnknownSpeakerError / ModelDirError / ConfigError."""
+    if model_dir is None:
+        from cosyvino.defaults import default_model_dir
+
+        default = default_model_dir()
+        model_dir = default if os.path.isfile(os.path.join(default, "cosyvoice.yaml")) else None
+    elif not os.path.isdir(model_dir):
+        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
+    if model_dir is None:
+        from cosyvino.frontend import TextFrontend  # the embedded default is a v1 model
+
+        TextFrontend().segments(text)
+        return
+    from cosyvino.families import detect_family
+
+    family = detect_family(model_dir)
+    family.make_frontend(family.read_config(model_dir)).segments(text)
+    if speaker is not None:
+        names = _speaker_names(model_dir, required=False)
+        if names is not None and speaker not in names:
+            raise UnknownSpeakerError(speaker, names)
+
+
+def _speaker_names(model_dir: str, *, required: bool = True) -> list[str] | None:
+    """Speaker ids of a model dir without loading the model (converted dir: speakers.json;
+    official dir: spk2info.pt, which needs torch: None when torch is missing and not
+    ``required``)."""
+    from cosyvino.converted import is_converted_dir, read_speaker_names
+
+    if not os.path.isdir(model_dir):
+        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
+    if is_converted_dir(model_dir):  # no torch needed: names are in speakers.json
+        return read_speaker_names(model_dir)
+    try:
+        from cosyvino.families.cosyvoice1.checkpoint import load_spk2info
+    except ImportError:
+        if required:
+            raise
+        return None
+    path = os.path.join(model_dir, "spk2info.pt")
+    if not required and not os.path.isfile(path):
+        return None  # not a v1 dir: the loaded model's family knows its speakers
+    return list(load_spk2info(path))
+
+
+def _synthesizer(run: dict):
+    """Load the model of ``run`` (:func:`_run_settings`); without a model dir the embedded
+    default, created once (the CLI's default path, and it says so loudly)."""
     from cosyvino.defaults import ensure_default_model
     from cosyvino.synthesizer import Synthesizer
 
-    # the CLI's default path: creates the synthetic default model once, and says so loudly
-    return Synthesizer(model_dir or ensure_default_model(), backend=backend,
-                       num_threads=threads)
+    return Synthesizer(run["model_dir"] or ensure_default_model(), backend=run["backend"],
+                       num_threads=run["threads"], **run["backend_options"])
 
 
+class _AudioSink:
+    """Writes float32 chunks [S] as they arrive: to a file (one header, then the samples of
+    each chunk; written into a temp file next to ``output`` and renamed into place when
+    complete, so a failed or interrupted run leaves no truncated file) or, for ``-``, to stdout
+    as raw int16 (flushed per chunk, for a player on the other end of a pipe). Samples are
+    converted by the same rule as :meth:`cosyvino.audio.Audio.write`, so the file equals the
+    one written from the whole audio."""
+
+    def __init__(self, output: str, fmt: str, sample_rate: int):
+        self.output, self.fmt, self.sample_rate = output, fmt, sample_rate
+        self.samples_written = 0
+        self._tmp = self._file = None
+        if output == "-":
+            self._stdout = sys.stdout.buffer
+            return
+        import tempfile
+
+        import soundfile as sf
+
+        from cosyvino.audio import FORMATS
+
+        container, self._subtype = FORMATS[fmt] if fmt != "raw" else ("RAW", "PCM_16")
+        fd, self._tmp = tempfile.mkstemp(prefix=".cosyvino-", suffix=f".{fmt}",
+                                         dir=os.path.dirname(os.path.abspath(output)))
+        os.close(fd)
+        try:
+            self._file = sf.SoundFile(self._tmp, "w", samplerate=sample_rate, channels=1,
+                                      format=container, subtype=self._subtype)
+        except BaseException:
+            os.unlink(self._tmp)
+            raise
+
+    def write(self, samples) -> None:
+        import numpy as np
+
+        from cosyvino.audio import float_to_int16
+
+        if self._file is None:
+            self._stdout.write(float_to_int16(samples).astype("<i2").tobytes())
+            self._stdout.flush()
+        elif self._subtype == "PCM_16":
+            self._file.write(float_to_int16(samples))
+        else:
+            self._file.write(np.clip(samples, -1.0, 1.0))
+        self.samples_written += len(samples)
+
+    def close(self) -> None:
+        """Finish the file (header sizes) and put it in place. Raises InputError when nothing
+        was written (no empty audio files)."""
+        if self._file is None:
+            return
+        from cosyvino.fileutil import publish
+
+        try:
+            self._file.close()
+            if not self.samples_written:
+                raise InputError("refusing to write an empty audio file")
+            publish(self._tmp, self.output)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Drop the temp file (the output is not touched)."""
+        if self._file is not None and not self._file.closed:
+            self._file.close()
+        if self._tmp is not None and os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+
+_plan_opt = click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+                         help="Plan file from `cosyvino plan` (default: as `serve`: "
+                              "$COSYVINO_PLAN, ./plan.toml, <model-dir>/plan.toml). Its "
+                              "backend, threads and precision are used; explicit flags win.")
 _model_dir_opt = click.option("--model-dir", type=click.Path(file_okay=False), default=None,
                               help="Model directory (default: the embedded default model).")
-_backend_opt = click.option("--backend", default="torch", show_default=True,
+_run_model_dir_opt = click.option("--model-dir", type=click.Path(file_okay=False), default=None,
+                                  help="Model directory (default: the plan's, else the "
+                                       "embedded default model).")
+_backend_opt = click.option("--backend", default="torch", show_default="torch, or the plan's",
                             help="Backend plugin (see `cosyvino backends`).")
 _threads_opt = click.option("--threads", type=click.IntRange(min=1), default=None,
-                            help="CPU threads for inference.")
+                            help="CPU threads for inference (default: the plan's, else the "
+                                 "backend's).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,45 +320,127 @@ def main():
 
 @main.command()
 @click.argument("text", required=False)
-@_model_dir_opt
+@_run_model_dir_opt
 @click.option("--speaker", "-s", default=None,
               help="Speaker id (see `cosyvino speakers`; default: the model's first speaker).")
-@click.option("--text-file", type=click.File("r", encoding="utf-8"), default=None,
-              help="Read the text from a file ('-' = stdin).")
-@click.option("-o", "--output", default="out.wav", show_default=True, help="Output file.")
-@click.option("--format", "fmt", type=click.Choice(["wav", "flac", "mp3", "ogg"]), default=None,
-              help="Audio format (default: from the output extension).")
-@click.option("--speed", type=float, default=1.0, show_default=True)
+@click.option("--text-file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Read the text (UTF-8) from a file ('-' = stdin).")
+@click.option("-o", "--output", default="out.wav", show_default=True,
+              help="Output file ('-' = raw int16 PCM on stdout, e.g. for a player).")
+@click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
+              help="Audio format (default: from the output extension; raw = int16 LE mono "
+                   "PCM at the model rate, no header).")
+@click.option("--stream", is_flag=True,
+              help="Write audio as it is synthesized (the file grows chunk by chunk and is put "
+                   "in place when complete; with -o - a player gets each chunk at once) and "
+                   "print the time to first audio.")
+@click.option("--hop-schedule", type=click.Choice(HOP_SCHEDULES), default=None,
+              help="How audio is cut into chunks (default: the library's: token hops for "
+                   "--stream, whole segments otherwise). The same schedule and seed give the "
+                   "same audio with and without --stream.")
+@click.option("--speed", type=click.FloatRange(MIN_SPEED, MAX_SPEED), default=1.0,
+              show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=None)
 @click.option("--num-speech-tokens", type=click.IntRange(min=1), default=None,
               help="Force this many speech tokens per segment (50 = 1 s; benchmarking).")
+@_plan_opt
 @_backend_opt
 @_threads_opt
-@click.option("--json", "as_json", is_flag=True, help="Print stats as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print stats as JSON (on stderr when the audio goes to stdout).")
+@click.pass_context
 @_friendly_errors
-def synth(text, model_dir, speaker, text_file, output, fmt, speed, seed, num_speech_tokens,
-          backend, threads, as_json):
-    """Synthesize TEXT (or --text-file) to an audio file."""
-    if text_file is not None:
-        if text is not None:
-            raise InputError("give either TEXT or --text-file, not both")
-        text = text_file.read()
-    if text is None:
-        raise InputError("no text: pass TEXT or --text-file")
-    synth_ = _synthesizer(model_dir, backend, threads)
+def synth(ctx, text, model_dir, speaker, text_file, output, fmt, stream, hop_schedule, speed,
+          seed, num_speech_tokens, plan_path, backend, threads, as_json):
+    """Synthesize TEXT (or --text-file) to an audio file.
+
+    Everything that can be checked before the model loads is checked first: the text (UTF-8,
+    something to speak), the output format and directory, the speaker.
+    """
+    text = _read_text(text, text_file)
+    fmt = _output_format(output, fmt)
+    echo = (lambda msg: click.echo(msg, err=True)) if output == "-" else click.echo
+    run = _run_settings(ctx, plan_path, model_dir, backend, threads)
+    for note in run["notes"]:
+        click.echo(f"note: {note}", err=True)
+    _check_before_load(run["model_dir"], text, speaker)
+    click.echo(f"cosyvino synth: {_describe(run)}", err=True)
+    synth_ = _synthesizer(run)
     speaker = speaker or synth_.speakers[0]
-    audio = _synthesize_with_progress(synth_, text, speaker, speed, seed, num_speech_tokens)
-    audio.write(output, fmt)
-    stats = dict(audio.stats, output=os.path.abspath(output), sample_rate=audio.sample_rate,
-                 speaker=speaker, backend=backend)
-    if as_json:
-        click.echo(json.dumps(stats, ensure_ascii=False, indent=2))
+    options = dict(speed=speed, seed=seed, num_speech_tokens=num_speech_tokens)
+    if hop_schedule is not None:
+        options["hop_schedule"] = hop_schedule
+    if stream:
+        stats = _stream_to(synth_, output, fmt, text, speaker, options)
     else:
-        click.echo(_stage_table(stats))
-        click.echo(f"wrote {output} (speaker {speaker}, backend {backend}): {_summary(stats)}")
+        audio = _synthesize_with_progress(synth_, text, speaker, options)
+        sink = _AudioSink(output, fmt, audio.sample_rate) if fmt == "raw" else None
+        if sink is None:
+            audio.write(output, fmt)
+        else:
+            sink.write(audio.samples)
+            sink.close()
+        stats = dict(audio.stats)
+    stats.update(output="-" if output == "-" else os.path.abspath(output), format=fmt,
+                 sample_rate=synth_.sample_rate, speaker=speaker, backend=run["backend"],
+                 threads=run["threads"], backend_options=run["backend_options"],
+                 settings_source=run["source"])
+    if as_json:
+        echo(json.dumps(stats, ensure_ascii=False, indent=2))
+    else:
+        echo(_stage_table(stats))
+        echo(f"wrote {output} (speaker {speaker}, backend {run['backend']}): {_summary(stats)}")
 
 
-def _synthesize_with_progress(synth_, text, speaker, speed, seed, num_speech_tokens):
+def _stream_to(synth_, output, fmt, text, speaker, options: dict) -> dict:
+    """Run :meth:`Synthesizer.stream`, writing each chunk as it comes (:class:`_AudioSink`);
+    prints the time to first audio and, at the end, the RTF on stderr. Returns the stats of
+    the whole synthesis (as :meth:`Synthesizer.synthesize`'s, plus ``first_audio_seconds``:
+    from the start of synthesis to the first chunk written)."""
+    import time
+
+    from cosyvino.timing import StageTimes, audio_stats
+
+    times, tokens, chunks, first, seed_used = StageTimes(), 0, 0, None, None
+    start = time.perf_counter()
+    sink = _AudioSink(output, fmt, synth_.sample_rate)
+    chunk_stream = None
+    try:
+        from cosyvino.audio import chunk_position, smooth_join
+
+        chunk_stream = synth_.stream(text, speaker, **options)
+        done = 0
+        for chunk in chunk_stream:
+            seg, index, last = chunk_position(chunk.stats, done)
+            done += int(last)
+            # the segment-join fades of Synthesizer.synthesize and the server
+            sink.write(smooth_join(chunk.samples, seg, chunk_stream.total, synth_.sample_rate,
+                                   first=index == 0, last=last))
+            chunks += 1
+            tokens += int(chunk.speech_tokens.size)
+            seed_used = chunk.stats.get("seed", seed_used)
+            for name, v in chunk.stats.get("stages", {}).items():
+                times.seconds[name] += v["seconds"]
+                times.calls[name] += v["calls"]
+            if first is None:
+                first = time.perf_counter() - start
+                click.echo(f"first audio after {first:.2f} s", err=True)
+        sink.close()
+    except BaseException:
+        sink.abort()
+        if chunk_stream is not None:
+            chunk_stream.close()  # stops what is still running
+        raise
+    wall = time.perf_counter() - start
+    stats = audio_stats(times, sink.samples_written / synth_.sample_rate, wall, tokens)
+    stats.update(chunks=chunks, first_audio_seconds=round(first, 4) if first else None,
+                 seed=seed_used)
+    rtf = f"{stats['rtf']:.3f}" if stats["rtf"] else "n/a"
+    click.echo(f"streamed {chunks} chunks: first audio {first or 0:.2f} s, RTF {rtf}", err=True)
+    return stats
+
+
+def _synthesize_with_progress(synth_, text, speaker, options: dict):
     from tqdm import tqdm
 
     with tqdm(desc="segments", unit="seg", file=sys.stderr, leave=False,
@@ -113,27 +448,35 @@ def _synthesize_with_progress(synth_, text, speaker, speed, seed, num_speech_tok
         def advance(done, total):
             bar.total = total
             bar.update(1)
-        return synth_.synthesize(text, speaker, speed=speed, seed=seed,
-                                 num_speech_tokens=num_speech_tokens, on_segment=advance)
+        return synth_.synthesize(text, speaker, on_segment=advance, **options)
 
 
 @main.command()
-@_model_dir_opt
+@_run_model_dir_opt
+@_plan_opt
 @_backend_opt
 @_threads_opt
 @click.option("--out-dir", default=".", show_default=True, help="Where to write demo-*.wav.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_context
 @_friendly_errors
-def demo(model_dir, backend, threads, out_dir, seed):
+def demo(ctx, model_dir, plan_path, backend, threads, out_dir, seed):
     """Synthesize a Chinese and an English sentence; print per-stage times and RTF.
 
-    Without --model-dir this uses the embedded default model, created once as a SYNTHETIC
-    CosyVoice-300M checkpoint (random weights: real cost, noise audio).
+    Runs as the plan from `cosyvino plan` says (backend, threads, precision) when there is one;
+    explicit flags win. Without --model-dir (or a plan's) this uses the embedded default model,
+    created once as a SYNTHETIC CosyVoice-300M checkpoint (random weights: real cost, noise
+    audio).
     """
     from cosyvino.families.cosyvoice1.synthetic import is_synthetic
 
-    synth_ = _synthesizer(model_dir, backend, threads)
-    click.echo(f"model: {synth_.model_dir} (backend {backend}, load {synth_.load_seconds:.1f} s)"
+    if not os.path.isdir(out_dir):
+        raise InputError(f"--out-dir does not exist: {out_dir}")
+    run = _run_settings(ctx, plan_path, model_dir, backend, threads)
+    for note in run["notes"]:
+        click.echo(f"note: {note}", err=True)
+    synth_ = _synthesizer(run)
+    click.echo(f"model: {synth_.model_dir} ({_describe(run)}, load {synth_.load_seconds:.1f} s)"
                + (" [SYNTHETIC random weights: expect noise]"
                   if is_synthetic(synth_.model_dir) else ""))
     for lang, speaker, text in DEMO_SENTENCES:
@@ -154,18 +497,9 @@ def demo(model_dir, backend, threads, out_dir, seed):
 def speakers(model_dir, as_json):
     """List the speaker ids of a model (official dir: spk2info.pt; converted dir such as
     D/openvino or D/onnx: speakers.json)."""
-    from cosyvino.converted import is_converted_dir, read_speaker_names
     from cosyvino.defaults import ensure_default_model
 
-    model_dir = model_dir or ensure_default_model()
-    if not os.path.isdir(model_dir):
-        raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
-    if is_converted_dir(model_dir):  # no torch needed: names are in speakers.json
-        names = read_speaker_names(model_dir)
-    else:
-        from cosyvino.families.cosyvoice1.checkpoint import load_spk2info
-
-        names = list(load_spk2info(os.path.join(model_dir, "spk2info.pt")))
+    names = _speaker_names(model_dir or ensure_default_model())
     click.echo(json.dumps(names, ensure_ascii=False) if as_json else "\n".join(names))
 
 
@@ -192,7 +526,7 @@ def make_model_cmd(out_dir, preset, seed, hift_weight_norm, overwrite):
 
     if os.path.exists(out_dir) and not overwrite:
         raise InputError(f"{out_dir} already exists; pick a new directory or use --overwrite")
-    with tqdm(total=4, desc=f"make-model {preset}", file=sys.stderr,
+    with tqdm(total=5, desc=f"make-model {preset}", file=sys.stderr,
               disable=not sys.stderr.isatty()) as bar:
         def step(msg):
             bar.set_postfix_str(msg)

@@ -31,21 +31,35 @@ def _is_loopback(host: str) -> bool:
                    "<model-dir>/plan.toml when one exists). Flags given explicitly override "
                    "it.")
 @click.option("--model-dir", type=click.Path(file_okay=False), default=None,
-              help="Model directory (default: the embedded default model).")
+              help="Model directory. Default: from the plan, else the embedded default "
+                   "model.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Bind address (loopback by default; use 0.0.0.0 deliberately).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--api-key", envvar="COSYVINO_API_KEY", default=None,
               help="Require 'Authorization: Bearer KEY' (env COSYVINO_API_KEY).")
-@click.option("--backend", default="torch", show_default=True, help="Backend plugin.")
+@click.option("--metrics-auth/--no-metrics-auth", envvar="COSYVINO_METRICS_AUTH",
+              default=False,
+              help="Require the API key on /metrics too (env COSYVINO_METRICS_AUTH=1; needs "
+                   "--api-key). Default: /metrics, /health and /ready are open.")
+@click.option("--backend", default="torch",
+              help="Backend plugin. Default: from the plan, else torch.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="CPU threads per session.")
-@click.option("--max-sessions", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Concurrent synthesis sessions.")
-@click.option("--queue-size", type=click.IntRange(min=0), default=8, show_default=True,
-              help="Requests that may wait for a session; more get 503 + Retry-After.")
+              help="CPU threads of the backend (torch: for the whole process, shared by all "
+                   "sessions; a backend that loads one model for each session: for each "
+                   "model). Default: from the plan, else the backend's default.")
+@click.option("--max-sessions", type=click.IntRange(min=1), default=1,
+              help="Concurrent synthesis sessions. Default: from the plan, else 1.")
+@click.option("--queue-size", type=click.IntRange(min=0), default=8,
+              help="Requests that may wait for a session; more get 503 + Retry-After. "
+                   "Default: from the plan, else 8.")
 @click.option("--timeout", "request_timeout", type=click.FloatRange(min=0.1), default=120.0,
-              show_default=True, help="Per-request limit in seconds (queue wait included).")
+              show_default=True,
+              help="Per-request limit in seconds, arrival to last byte (queue wait included); "
+                   "requests estimated not to make it are refused up front.")
+@click.option("--drain-timeout", type=click.FloatRange(min=0), default=None,
+              help="On SIGTERM, seconds admitted requests get to finish before they are "
+                   "cancelled and the process exits. Default: --timeout.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="On-disk result cache (default: ~/.cache/cosyvino/results).")
 @click.option("--no-cache", is_flag=True, help="Disable the result cache.")
@@ -59,9 +73,9 @@ def _is_loopback(host: str) -> bool:
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True)
 @click.pass_context
-def serve(ctx, plan_path, model_dir, host, port, api_key, backend, threads, max_sessions,
-          queue_size, request_timeout, cache_dir, no_cache, cache_memory_mb, cache_disk_mb,
-          num_speech_tokens, no_warmup, log_level):
+def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend, threads,
+          max_sessions, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
+          cache_memory_mb, cache_disk_mb, num_speech_tokens, no_warmup, log_level):
     """Serve speech over HTTP: OpenAI /v1/audio/speech and CosyVoice /inference_sft.
 
     See docs/server.md for every endpoint with curl examples.
@@ -89,6 +103,7 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, backend, threads, max_
                     settings[key] = value
         config = ServerConfig(
             request_timeout=request_timeout, api_key=api_key or None,
+            metrics_auth=metrics_auth, drain_timeout=drain_timeout,
             cache_dir=None if no_cache else (cache_dir or _default_cache_dir()),
             cache_memory_mb=0.0 if no_cache else cache_memory_mb, cache_disk_mb=cache_disk_mb,
             num_speech_tokens=num_speech_tokens, warmup=not no_warmup, source=source,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Mapping, Sequence
 
 from ..audio import Audio
 from ..errors import SynthesisCancelled
@@ -47,53 +47,106 @@ class Engine:
         frontend: the family's text frontend.
         lock: held around every step (a ``Lock`` for stages that are not thread-safe, a
             ``BoundedSemaphore(n)`` to let ``n`` steps run at once); None = no lock.
-        voices: registered voices besides the built-in speakers (name -> :class:`Voice`).
+        lane_locks: lane name -> the lock held around that lane's steps instead of ``lock``
+            (lanes that use disjoint parts of the model, e.g. v1 ``llm`` and ``audio``, may
+            then run at the same time); lanes not named use ``lock``.
+        voices: registered voices besides the built-in speakers (name -> :class:`Voice`), read
+            at each :meth:`start` (a live mapping such as
+            :class:`cosyvino.voice_store.VoiceStore` may change between requests).
+        model_dir: the dir the model was loaded from (the family decides its modes by it).
+        modes: mode names this engine offers (None: what the family says the checkpoint
+            offers, :meth:`ModelFamily.modes_for`).
+        prompts: the family's prompt encoder (:meth:`ModelFamily.prompt_encoder`) for requests
+            with ``prompt_audio`` / ``source_audio``; None: such requests are refused.
     """
 
-    def __init__(self, stages, family, frontend, *, lock=None,
-                 voices: dict[str, Voice] | None = None):
+    def __init__(self, stages, family, frontend, *, lock=None, lane_locks: dict | None = None,
+                 voices: Mapping[str, Voice] | None = None, model_dir: str | None = None,
+                 modes: Sequence[str] | None = None, prompts=None):
         self.stages = stages
+        self.lane_locks = dict(lane_locks or {})
         self.family = family
         self.frontend = frontend
         self.lock = lock
-        self.voices = dict(builtin_voices(stages.speakers))
-        self.voices.update(voices or {})
+        self.model_dir = model_dir
+        self.prompts = prompts
+        self.builtin_voices = dict(builtin_voices(stages.speakers))
+        self.registered = voices if voices is not None else {}
+        self._mode_names = None if modes is None else tuple(modes)
+
+    @property
+    def voices(self) -> dict[str, Voice]:
+        """Built-in speakers and registered voices by name (a snapshot)."""
+        registered = self.registered
+        snapshot = registered.snapshot() if hasattr(registered, "snapshot") else dict(registered)
+        return {**self.builtin_voices, **snapshot}
+
+    @property
+    def modes(self) -> dict:
+        """The modes this engine offers (name -> :class:`~cosyvino.families.base.Mode`), in
+        the family's matching order."""
+        if self._mode_names is not None:
+            return {n: m for n, m in self.family.modes.items() if n in self._mode_names}
+        return self.family.modes_for(self.model_dir, self.stages)
 
     def start(self, request: SynthesisRequest,
               cancel: threading.Event | None = None) -> RequestState:
-        """Validate ``request`` and build its program (text split into segments here).
+        """Validate ``request`` and build its program (text split into segments here; the
+        prompt processing of ``prompt_audio`` / ``source_audio`` runs here, once).
 
         Raises:
-            InputError and subclasses (EmptyTextError, UnknownSpeakerError): a bad request.
+            InputError and subclasses (EmptyTextError, UnknownSpeakerError, PromptAudioError):
+                a bad request.
+            CorruptVoiceError: the request names a stored voice whose file is unusable.
+            ModelDirError / BackendError: the prompt models are missing or failed.
         """
-        req = request.validated(modes=self.family.modes, voices=self.voices,
-                                speech_vocab=self.speech_vocab)
+        voices = self.voices
+        name = request.voice
+        if isinstance(name, str) and name not in voices:
+            try:  # a stored voice that failed its checks says so (CorruptVoiceError)
+                voices[name] = self.registered[name]
+            except KeyError:
+                pass
+        modes = self.modes
+        unavailable = {}
+        for n in self.family.modes:
+            if n not in modes:
+                why = self.family.mode_unavailable_reason(self.model_dir, self.stages, n)
+                unavailable[n] = why or "not offered by this model"
+        req = request.validated(modes=modes, voices=voices, speech_vocab=self.speech_vocab,
+                                prompts=self.prompts, unavailable=unavailable)
         program = self.family.new_program(self.stages, req, RandomDraws(req.seed),
                                           self.frontend)
-        return RequestState(req, program, cancel or threading.Event())
+        state = RequestState(req, program, cancel or threading.Event())
+        program.cancel = state.cancel
+        return state
 
     @property
     def speech_vocab(self) -> int | None:
         return self.family.speech_vocab(self.stages.config)
 
-    def step(self, state: RequestState) -> list[Audio]:
-        """One step of ``state``'s program. On cancellation, error or completion the program is
-        closed.
+    def step(self, state: RequestState, lane: str | None = None) -> list[Audio]:
+        """One step of ``state``'s program in ``lane`` (None: its most urgent ready lane). On
+        completion the program is closed; on cancellation or error too when ``lane`` is None
+        (a caller stepping named lanes from several threads closes it once all are out).
 
         Raises:
-            SynthesisCancelled: ``state.cancel`` was set before the step.
+            SynthesisCancelled: ``state.cancel`` was set before or during the step.
         """
         if state.cancel.is_set():
-            state.program.close()
+            if lane is None:
+                state.program.close()
             raise SynthesisCancelled("synthesis cancelled")
+        lock = self.lock if lane is None else self.lane_locks.get(lane, self.lock)
         try:
-            if self.lock is None:
-                out = state.program.step()
+            if lock is None:
+                out = state.program.step(lane)
             else:
-                with self.lock:
-                    out = state.program.step()
+                with lock:
+                    out = state.program.step(lane)
         except BaseException:
-            state.program.close()
+            if lane is None:
+                state.program.close()
             raise
         if state.done:
             state.program.close()

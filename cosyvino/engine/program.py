@@ -2,16 +2,22 @@
 
 A family's program (CosyVoice v1: :class:`cosyvino.families.cosyvoice1.program
 .CosyVoice1Program`) moves one request through its phases, one :meth:`Program.step` at a time;
-the engine and the scheduler only call ``step`` / ``close`` and look at ``phase``, so they can
-interleave (and later batch) the steps of many requests.
+the engine and the scheduler only call ``step`` / ``close`` and look at ``phase`` and
+``ready_lanes``, so they can interleave (and later batch) the steps of many requests.
+
+A program may have several *lanes* (CosyVoice v1: ``llm`` making speech tokens and ``audio``
+turning due hops into chunks): the scheduler runs at most one step per lane of a request at a
+time, and may run different lanes of one request at the same time.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
+import threading
 
 from ..audio import Audio
+from ..errors import SynthesisCancelled
 
 
 class Phase(enum.Enum):
@@ -34,11 +40,28 @@ class Program(abc.ABC):
 
     phase: Phase = Phase.PREFILL
     total_segments: int = 0
+    #: the lanes this program's steps belong to (one lane: steps run strictly one by one)
+    lanes: tuple[str, ...] = ("main",)
+    #: set by the engine: the request's cancel event (see :meth:`check_cancelled`)
+    cancel: threading.Event | None = None
 
     @abc.abstractmethod
-    def step(self) -> list[Audio]:
-        """Run one step of the current phase; return the audio chunks it completed (usually
-        none; a vocoder hop returns its chunk). Raises what the stages raise."""
+    def step(self, lane: str | None = None) -> list[Audio]:
+        """Run one step of ``lane`` (None: the first of :meth:`ready_lanes`); return the audio
+        chunks it completed (usually none; a vocoder hop returns its chunk). Raises what the
+        stages raise."""
+
+    def ready_lanes(self) -> tuple[str, ...]:
+        """The lanes that have a step to run now, most urgent first (empty when DONE or when
+        every lane waits for another one)."""
+        return () if self.phase is Phase.DONE else self.lanes[:1]
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`SynthesisCancelled` when the request was cancelled; long steps call
+        it between their stage calls (e.g. before every estimator call), so cancellation
+        reaches every stage within one stage call."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise SynthesisCancelled("synthesis cancelled")
 
     def close(self) -> None:
         """Release per-request resources (the LLM session). Idempotent; called on completion,

@@ -44,6 +44,7 @@ class RequestHandle:
         self._callback = callback
         self._events: queue.SimpleQueue | None = None if callback else queue.SimpleQueue()
         self._finished = False
+        self._error: tuple | None = None  # the first lane's failure (scheduler bookkeeping)
 
     def cancel(self) -> None:
         """Stop the request before its next step (its LLM session is released by the worker)."""
@@ -78,11 +79,13 @@ class RequestHandle:
 
 
 class _Group:
-    """One engine, its workers and its active requests (round-robin)."""
+    """One engine, its workers and its runnable ``(handle, lane)`` items (round-robin)."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self.ready: collections.deque = collections.deque()
+        self.busy: set = set()  # (handle, lane) queued or being stepped
+        self.running: dict = {}  # handle -> lanes being stepped now
         self.active = 0
 
 
@@ -94,9 +97,14 @@ class Scheduler:
             several times (its workers then share its requests: stages must be thread-safe
             and the engine's lock must admit that many steps).
         name: worker thread name prefix.
+        lane_workers: extra worker threads per engine that step the other lanes of a request
+            (v1: the ``audio`` lane while the ``llm`` lane decodes), so the stages of one
+            request overlap; None = one per extra lane when the engine has ``lane_locks``
+            (lanes may run at once), else 0.
     """
 
-    def __init__(self, engines: Sequence[Engine], *, name: str = "cosyvino-engine"):
+    def __init__(self, engines: Sequence[Engine], *, name: str = "cosyvino-engine",
+                 lane_workers: int | None = None):
         if not engines:
             raise ValueError("a scheduler needs at least one engine")
         self._cond = threading.Condition()
@@ -105,7 +113,13 @@ class Scheduler:
             self._groups.setdefault(id(e), _Group(e))
         self._closed = False
         self._threads = []
-        for i, e in enumerate(engines):
+        workers = list(engines)
+        for g in self._groups.values():
+            extra = lane_workers
+            if extra is None:
+                extra = max(0, len(g.engine.lane_locks) - 1)
+            workers += [g.engine] * extra
+        for i, e in enumerate(workers):
             t = threading.Thread(target=self._work, args=(self._groups[id(e)],),
                                  name=f"{name}-{i}", daemon=True)
             t.start()
@@ -142,9 +156,19 @@ class Scheduler:
             raise
         handle = RequestHandle(state, callback)
         with self._cond:
-            group.ready.append(handle)
+            group.running[handle] = set()
+            self._queue_ready(group, handle)
             self._cond.notify_all()
         return handle
+
+    @staticmethod
+    def _queue_ready(group: _Group, handle: RequestHandle) -> None:
+        """Queue the lanes of ``handle`` that can run and are neither queued nor running
+        (call with the condition held)."""
+        for lane in handle.state.program.ready_lanes():
+            if (handle, lane) not in group.busy:
+                group.busy.add((handle, lane))
+                group.ready.append((handle, lane))
 
     def _work(self, group: _Group) -> None:
         while True:
@@ -153,27 +177,47 @@ class Scheduler:
                     self._cond.wait()
                 if self._closed and not group.ready:
                     return
-                handle = group.ready.popleft()
+                handle, lane = group.ready.popleft()
                 if self._closed:
                     handle.cancel()  # closing: in-flight requests stop at their next step
-            final = self._step(group.engine, handle)
+                if handle not in group.running:  # finished (failed) while this was queued
+                    group.busy.discard((handle, lane))
+                    continue
+                group.running[handle].add(lane)
+            final = self._step(group.engine, handle, lane)
             with self._cond:
-                if final is None:
-                    group.ready.append(handle)
-                    self._cond.notify_all()
-                else:
-                    group.active -= 1
-            if final is not None:
-                # after the request stopped counting as active, so a submitter reacting to
-                # the end sees this engine free
-                handle._emit(*final)
+                group.busy.discard((handle, lane))
+                lanes = group.running.get(handle)
+                if lanes is None:
+                    continue  # another lane already finished this request
+                lanes.discard(lane)
+                if final is not None and final[0] == ERROR and handle._error is None:
+                    handle._error = final
+                    handle.cancel()  # a lane still inside a step stops at its next check
+                if handle._error is None and final is None and not handle.state.done:
+                    self._queue_ready(group, handle)
+                    if lanes or any(h is handle for h, _ in group.busy):
+                        self._cond.notify_all()
+                        continue
+                    # nothing runs or can run, yet the program is not done: fail, never hang
+                    final = (ERROR, RuntimeError("no lane of this request can run "
+                                                 "(program stalled)"))
+                if lanes:
+                    continue  # the last lane to leave its step reports
+                final = handle._error or final or (DONE, None)
+                del group.running[handle]
+                group.active -= 1
+            handle.state.program.close()
+            # after the request stopped counting as active, so a submitter reacting to the end
+            # sees this engine free
+            handle._emit(*final)
 
     @staticmethod
-    def _step(engine: Engine, handle: RequestHandle) -> tuple | None:
-        """One step of ``handle``'s request; its final event when it has finished (done,
-        failed, cancelled), else None."""
+    def _step(engine: Engine, handle: RequestHandle, lane: str) -> tuple | None:
+        """One step of ``handle``'s request in ``lane``; its final event when it has finished
+        (done, failed, cancelled), else None."""
         try:
-            chunks = engine.step(handle.state)
+            chunks = engine.step(handle.state, lane)
         except BaseException as e:  # delivered to the submitter, who decides how to report it
             return (ERROR, e)
         for chunk in chunks:
@@ -187,7 +231,7 @@ class Scheduler:
         with self._cond:
             self._closed = True
             for g in self._groups.values():
-                for h in g.ready:
+                for h, _ in g.ready:
                     h.cancel()
             self._cond.notify_all()
         if wait:

@@ -192,14 +192,23 @@ class GraphTable(Mapping[str, GraphSpec]):
 class Mode:
     """A synthesis mode of a family (``sft``, ``zero_shot``, ``instruct``...): what a request in
     this mode needs. The family's program builds the LLM prefix and flow conditioning for it.
+    ``SynthesisRequest.validated`` checks a request against these flags (a needed input must be
+    there, an input the mode does not take must not be given) and, for a request that names no
+    mode, picks the first of the model's modes whose flags the request fits.
 
     Attributes:
         name: the mode name requests use.
         doc: one line.
-        needs_speaker: a built-in speaker or registered voice is required.
-        needs_prompt_audio: a prompt recording (``prompt_audio``) is required.
-        needs_prompt_text: the prompt recording's transcript (``prompt_text``) is required.
+        needs_speaker: a voice (``voice``: a built-in speaker or any registered voice) is
+            required.
+        needs_prompt_audio: a prompt recording is required: ``prompt_audio`` (processed into a
+            prompt bundle once per request), or instead a ``voice`` that is a prompt bundle (a
+            registered voice); built-in speakers do not qualify.
+        needs_prompt_text: the prompt recording's transcript is required: ``prompt_text``, or
+            the text stored with a registered voice.
         needs_instruction: an instruction text is required.
+        needs_source_audio: a source recording (``source_audio``; voice conversion) is
+            required; its speech tokens replace the text (which must then be empty).
     """
 
     name: str
@@ -208,6 +217,7 @@ class Mode:
     needs_prompt_audio: bool = False
     needs_prompt_text: bool = False
     needs_instruction: bool = False
+    needs_source_audio: bool = False
 
 
 class ModelFamily(abc.ABC):
@@ -225,6 +235,9 @@ class ModelFamily(abc.ABC):
     description: ClassVar[str] = ""
     #: files a converted dir copies from the source dir (configs the runtime reads)
     config_files: ClassVar[tuple[str, ...]] = ()
+    #: the lanes of the family's programs (:attr:`cosyvino.engine.program.Program.lanes`):
+    #: steps of different lanes of one request may run at the same time on thread-safe stages
+    lanes: ClassVar[tuple[str, ...]] = ("main",)
 
     # ---- model dirs ---------------------------------------------------------------------
     @classmethod
@@ -304,7 +317,42 @@ class ModelFamily(abc.ABC):
         return {}
 
     # ---- synthesis ------------------------------------------------------------------------
+    #: every mode of the family, in the order a request without a mode is matched against
+    #: them (the first whose flags it fits); :meth:`modes_for` says which a checkpoint offers
     modes: ClassVar[Mapping[str, Mode]] = {}
+
+    @classmethod
+    def modes_for(cls, model_dir: str | None, stages) -> dict[str, Mode]:
+        """The modes a loaded checkpoint offers (a subset of :attr:`modes`, same order), e.g.
+        v1: ``instruct`` only on an Instruct model, the prompt modes only where the prompt
+        models are. ``model_dir``: the dir the model was loaded from (None: unknown).
+        Default: every mode of the family."""
+        return dict(cls.modes)
+
+    @classmethod
+    def mode_unavailable_reason(cls, model_dir: str | None, stages, name: str) -> str | None:
+        """Why the checkpoint does not offer mode ``name`` (one clause, for the error that
+        lists the modes it has), or None. Default: None."""
+        return None
+
+    @classmethod
+    def prompt_encoder(cls, model_dir: str | None, stages, *, backend: str | None = None,
+                       **options):
+        """The object that turns recordings into voices for the family's prompt modes, or None
+        (no voice cloning). It must be cheap to build (load its models on first use) and
+        thread-safe, with:
+
+        * ``voice(audio, *, name, prompt_text=None) -> Voice``: a prompt bundle (speaker
+          embedding, prompt speech tokens, prompt mel) from a recording (anything
+          :func:`cosyvino.prompt_audio.load_prompt_audio` reads);
+        * ``speech_tokens(audio) -> int64 [N]``: the speech tokens of a source recording;
+        * ``check_voice(voice) -> str | None``: why a stored voice does not fit this model
+          (None: it fits);
+        * ``close()``.
+
+        ``backend`` names the backend that runs the prompt models (None: the family's
+        choice); ``options`` go to it (e.g. ``num_threads``). Default: None."""
+        return None
 
     @classmethod
     @abc.abstractmethod

@@ -12,21 +12,33 @@ differences from the official code, each marked "deliberate" below):
    normalized nor split (HEAD rule), except that a text longer than the segment bound is split
    (deliberate, see :mod:`cosyvino.frontend.split`) and each later segment is prefixed with the
    language tag in force at its start.
-3. Chinese path (text contains a character in U+4E00..U+9FFF): wetext zh TN
+3. Path (:func:`text_path`): kana -> Japanese (deliberate), else a CJK ideograph -> Chinese,
+   else Hangul -> Korean (deliberate), else English.
+   Chinese path (text contains a character in U+4E00..U+9FFF): URLs, e-mails, dotted names and
+   multi-dot numbers are read as units (deliberate, :mod:`cosyvino.frontend.addresses`), the rest
+   gets the rewrites of :mod:`cosyvino.frontend.rules` (deliberate) and wetext zh TN
    (``Normalizer(lang="zh", operator="tn", remove_erhua=False)``), delete ``\\n``, remove spaces
    except between two non-space ASCII characters, ``²``->``平方`` ``³``->``立方``, ``.``->``。``,
    ``" - "``->``，``, delete ``（）【】`` and backticks, ``——``->space, a trailing run of
    ``，,、`` becomes ``。``; split with lang "zh".
-4. English path: wetext en TN (``Normalizer(lang="en", operator="tn")``), then every run of
+4. English path: the rewrites of :mod:`cosyvino.frontend.rules` and
+   :func:`~cosyvino.frontend.addresses.rewrite_versions_en` (deliberate: money, 1,000..1,999,
+   versions), wetext en TN (``Normalizer(lang="en", operator="tn")``), then every run of
    decimal digits is spelled out with ``inflect`` (``number_to_words``); split with lang "en".
+   Japanese path (deliberate): numbers in kanji (:mod:`cosyvino.frontend.cjk_numbers`),
+   addresses as units, no wetext, then the Chinese path's rule-based steps; split with lang
+   "zh". Korean path (deliberate): numbers in Hangul, addresses as units, no wetext, line
+   breaks read as spaces; split with lang "en".
 5. Segments without any letter or digit are dropped; if nothing remains,
    :class:`cosyvino.errors.EmptyTextError` is raised.
 
 wetext is run in chunks (lines, then pieces of at most ``MAX_CHUNK`` characters cut at sentence
 ends / commas / spaces) so a 20,000-character text normalizes in linear time and bounded memory;
 texts shorter than ``MAX_CHUNK`` per line are normalized in one call, exactly like upstream.
-If wetext is not installed the engine step is skipped (upstream's fallback); the rule-based
-steps still run. Must not import torch.
+If wetext is not installed the engine step is skipped (upstream's fallback), and with it the
+rewrites and span readings around it on the Chinese and English paths; the other rule-based
+steps (and the Japanese and Korean paths, which do not use wetext) still run. Must not import
+torch.
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ from typing import Callable, Sequence
 import regex
 
 from cosyvino.errors import EmptyTextError, InputError
+from cosyvino.frontend import addresses, cjk_numbers, rules
 from cosyvino.frontend.split import TAG_RE, split_paragraph
 from cosyvino.frontend.tokenizer import LANGUAGES
 
@@ -55,6 +68,7 @@ __all__ = [
     "is_speakable",
     "spell_out_numbers",
     "engine_name",
+    "text_path",
     "normalize",
     "normalize_and_split",
 ]
@@ -71,6 +85,9 @@ MAX_CHUNK = 400
 _MIN_CHUNK = 100
 
 _CHINESE_RE = re.compile(r"[\u4e00-\u9fff]")
+# Hiragana, katakana (with phonetic extensions) and half-width katakana; Hangul syllables and jamo.
+_KANA_RE = re.compile(r"[\u3040-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9d]")
+_HANGUL_RE = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 _SPEAKABLE_RE = regex.compile(r"[\p{L}\p{N}]")
 _LANG_TAG_RE = re.compile(r"<\|(?:" + "|".join(LANGUAGES) + r")\|>")
 
@@ -106,6 +123,21 @@ def clean_text(text: str) -> str:
 def contains_chinese(text: str) -> bool:
     """True when ``text`` has a CJK unified ideograph (U+4E00..U+9FFF): the Chinese path."""
     return _CHINESE_RE.search(text) is not None
+
+
+def text_path(text: str) -> str:
+    """The normalization path of (cleaned, untagged) ``text``: "ja", "zh", "ko" or "en".
+
+    Kana anywhere -> "ja" (deliberate; official: "zh" with a kanji, else "en"); else a CJK
+    ideograph -> "zh"; else Hangul -> "ko" (deliberate; official: "en"); else "en".
+    """
+    if _KANA_RE.search(text):
+        return "ja"
+    if contains_chinese(text):
+        return "zh"
+    if _HANGUL_RE.search(text):
+        return "ko"
+    return "en"
 
 
 def has_tags(text: str) -> bool:
@@ -212,6 +244,55 @@ def _chunks(line: str) -> list[str]:
     return out
 
 
+def _wetext_keep_spaces(eng, text: str) -> str:
+    """wetext on ``text`` without its leading/trailing spaces (the en grammar asserts on them)."""
+    core = text.strip(" ")
+    if not core:
+        return text
+    lead = text[:len(text) - len(text.lstrip(" "))]
+    trail = text[len(text.rstrip(" ")):]
+    return lead + _run_wetext(eng, core) + trail
+
+
+_ZH_DIGITS = str.maketrans("0123456789", "零一二三四五六七八九")
+
+
+def _with_spans(text: str, lang: str, plain: Callable[[str], str],
+                cardinal: Callable[[str], str], by_digit: Callable[[str], str],
+                normalize_date: Callable[[str], str] | None = None) -> str:
+    """``plain`` applied between the address/version spans of ``text``, spans read as units."""
+    spans = addresses.find_spans(text)
+    if not spans:
+        return plain(text)
+    out, pos = [], 0
+    for start, end in spans:
+        out.append(plain(text[pos:start]) if start > pos else "")
+        out.append(addresses.read_span(text[start:end], lang, cardinal, by_digit,
+                                       normalize_date))
+        pos = end
+    if pos < len(text):
+        out.append(plain(text[pos:]))
+    return "".join(out)
+
+
+def _normalize_piece(eng, text: str, lang: str) -> str:
+    """wetext on one chunk, with cosyvino's rules around it (rules.py, addresses.py)."""
+    if lang == "en":
+        text = rules.rewrite_money_en(text)
+        text = rules.rewrite_thousands_en(text)
+        text = addresses.rewrite_versions_en(text)
+        return _run_wetext(eng, text)
+
+    def plain(part: str) -> str:
+        part = rules.rewrite_hyphen_zh(rules.rewrite_thousands_zh(part))
+        return _wetext_keep_spaces(eng, part)
+
+    def words(part: str) -> str:
+        return _wetext_keep_spaces(eng, part)
+
+    return _with_spans(text, "zh", plain, words, lambda d: d.translate(_ZH_DIGITS), words)
+
+
 def _engine_normalize(text: str, lang: str, line_sep: str) -> str:
     eng = _engine(lang)
     if eng is None:
@@ -226,7 +307,7 @@ def _engine_normalize(text: str, lang: str, line_sep: str) -> str:
                 continue
             lead = chunk[:len(chunk) - len(chunk.lstrip(" "))]
             trail = chunk[len(chunk.rstrip(" ")):]
-            parts.append(lead + _run_wetext(eng, core) + trail)
+            parts.append(lead + _normalize_piece(eng, core, lang) + trail)
         lines.append("".join(parts))
     return line_sep.join(lines)
 
@@ -251,7 +332,11 @@ _ZH_TRAILING_COMMAS_RE = re.compile(r"[，,、]+$")
 
 
 def _normalize_zh(text: str) -> str:
-    text = _engine_normalize(text, "zh", "")
+    return _zh_rules(_engine_normalize(text, "zh", ""))
+
+
+def _zh_rules(text: str) -> str:
+    """The Chinese path's rule-based steps after the engine (also used for Japanese)."""
     text = text.replace("\n", "")
     text = _replace_blank(text)
     text = text.replace("²", "平方").replace("³", "立方")
@@ -317,6 +402,26 @@ def _normalize_en(text: str) -> str:
     return spell_out_numbers(text)
 
 
+# -- 5. Japanese and Korean paths (deliberate) ---------------------------------------------
+def _normalize_ja(text: str) -> str:
+    """Japanese: numbers in kanji, addresses read as units, then the Chinese path's rules."""
+    text = _with_spans(text, "ja", cjk_numbers.read_numbers_ja, cjk_numbers.cardinal_ja,
+                       cjk_numbers.digit_words_ja)
+    return _zh_rules(text)
+
+
+def _normalize_ko(text: str) -> str:
+    """Korean: numbers in Hangul (Sino-Korean / native with counters), addresses as units."""
+    text = text.replace("\n", " ")
+    text = _with_spans(text, "ko", cjk_numbers.read_numbers_ko, cjk_numbers.cardinal_ko,
+                       cjk_numbers.digit_words_ko)
+    return spell_out_numbers(text)  # only non-decimal digits (², ①) can be left
+
+
+_PATHS = {"zh": (_normalize_zh, "zh"), "en": (_normalize_en, "en"),
+          "ja": (_normalize_ja, "zh"), "ko": (_normalize_ko, "en")}
+
+
 # -- public entry points -------------------------------------------------------------------
 def _empty(original: str) -> EmptyTextError:
     shown = original if len(original) <= 40 else original[:40] + "..."
@@ -352,13 +457,13 @@ def _propagate_language_tags(segments: list[str]) -> list[str]:
 
 
 def _prepare(text: str, text_frontend: bool) -> tuple[str, str | None]:
-    """Cleaned text and its path: "zh", "en" or None (no normalization)."""
+    """Cleaned text and its path: "zh", "en", "ja", "ko" or None (no normalization)."""
     cleaned = clean_text(text)
     if not cleaned:
         raise _empty(text)
     if not text_frontend or has_tags(cleaned):
         return cleaned, None
-    return cleaned, ("zh" if contains_chinese(cleaned) else "en")
+    return cleaned, text_path(cleaned)
 
 
 def normalize(text: str, *, text_frontend: bool = True) -> str:
@@ -367,12 +472,7 @@ def normalize(text: str, *, text_frontend: bool = True) -> str:
     Used for prompt and instruct texts. Raises EmptyTextError when nothing speakable remains.
     """
     cleaned, path = _prepare(text, text_frontend)
-    if path == "zh":
-        out = _normalize_zh(cleaned)
-    elif path == "en":
-        out = _normalize_en(cleaned)
-    else:
-        out = cleaned
+    out = cleaned if path is None else _PATHS[path][0](cleaned)
     if not is_speakable(out):
         raise _empty(text)
     return out
@@ -400,12 +500,9 @@ def normalize_and_split(text: str, tokenizer=None, *, text_frontend: bool = True
         segments = split_paragraph(cleaned, encode, lang, TOKEN_MAX_N, TOKEN_MIN_N, MERGE_LEN,
                                    comma_split=False, hard_max_n=HARD_MAX_N - 8)
         segments = _propagate_language_tags(segments)
-    elif path == "zh":
-        segments = split_paragraph(_normalize_zh(cleaned), encode, "zh", TOKEN_MAX_N,
-                                   TOKEN_MIN_N, MERGE_LEN, comma_split=False,
-                                   hard_max_n=HARD_MAX_N)
     else:
-        segments = split_paragraph(_normalize_en(cleaned), encode, "en", TOKEN_MAX_N,
+        normalize_path, split_lang = _PATHS[path]
+        segments = split_paragraph(normalize_path(cleaned), encode, split_lang, TOKEN_MAX_N,
                                    TOKEN_MIN_N, MERGE_LEN, comma_split=False,
                                    hard_max_n=HARD_MAX_N)
     segments = [s for s in segments if is_speakable(s)]

@@ -14,16 +14,17 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections import OrderedDict
+
+from ..fileutil import atomic_write
 
 log = logging.getLogger("cosyvino.server")
 
 MAGIC = b"CVCACHE1"
 _HEADER = len(MAGIC) + 32
-#: bump when the bytes for the same inputs change (encoders, join rule)
-CACHE_VERSION = 1
+#: bump when the bytes for the same inputs change (encoders, join rule, int16 rule)
+CACHE_VERSION = 2
 
 
 def model_fingerprint(model_dir: str, backend: str) -> str:
@@ -154,19 +155,8 @@ class ResultCache:
                 old = os.path.getsize(path)
             except OSError:
                 old = 0
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(blob)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
-                raise
+            with atomic_write(path) as f:
+                f.write(blob)
         except OSError as e:
             log.warning("cache: cannot write %s: %s", path, e)
             return

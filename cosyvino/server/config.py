@@ -29,6 +29,11 @@ class ServerConfig:
     #: seconds from arrival to the last byte (queue wait included); then the work is cancelled
     request_timeout: float = 120.0
     api_key: str | None = None
+    #: ask for the API key on /metrics too (default: open, like /health and /ready)
+    metrics_auth: bool = False
+    #: seconds after SIGTERM for admitted requests to finish (None = ``request_timeout``: none
+    #: can run longer); then what is left is cancelled and the process exits
+    drain_timeout: float | None = None
     #: on-disk cache directory (None = memory only); ``cache_memory_mb`` 0 and no dir = off
     cache_dir: str | None = None
     cache_memory_mb: float = 64.0
@@ -49,7 +54,18 @@ class ServerConfig:
             raise InputError(f"queue size must be >= 0, got {self.queue_size}")
         if not self.request_timeout > 0:
             raise InputError(f"request timeout must be > 0, got {self.request_timeout}")
+        if self.drain_timeout is not None and not self.drain_timeout >= 0:
+            raise InputError(f"drain timeout must be >= 0, got {self.drain_timeout}")
+        if self.metrics_auth and not self.api_key:
+            raise InputError("protecting /metrics needs an API key (--api-key or "
+                             "COSYVINO_API_KEY)")
         return self
+
+    @property
+    def drain_seconds(self) -> float:
+        """How long a SIGTERM drain may take at most (``drain_timeout``, else the request
+        timeout)."""
+        return self.request_timeout if self.drain_timeout is None else self.drain_timeout
 
 
 #: plan keys we understand (first match wins), searched at the top level and in the tables

@@ -1,23 +1,36 @@
-"""Audio on the wire: segment joins without pops, and per-format stream encoders.
+"""Audio on the wire: progressive per-format stream encoders (the joins between text segments
+are :func:`cosyvino.audio.smooth_join`, re-exported here).
 
-Every encoder takes float32 segments at the model rate (22050 Hz) and returns bytes to send:
+Every encoder takes float32 chunks at the model rate (22050 Hz) in order and returns the bytes
+to send as soon as its encoder/muxer has produced them: one container header, then frames or
+pages, never the whole file at the end.
 
 * ``wav``  one RIFF header (sizes 0xFFFFFFFF = unknown length, the usual streaming form), then
-  int16 PCM as each segment arrives; model rate.
+  int16 PCM per chunk; model rate.
 * ``pcm``  raw int16 little-endian mono at 24 kHz (OpenAI's ``pcm``), resampled with a
-  *streaming* soxr resampler so segment boundaries leave no resampling seams.
+  *streaming* soxr resampler so chunk boundaries leave no resampling seams.
 * ``raw``  raw int16 at the model rate, no header (CosyVoice ``/inference_sft`` wire format).
-* ``flac`` / ``mp3`` / ``opus``: container formats are encoded once the last segment is in
-  (libsndfile via soundfile); flac/mp3 at the model rate, opus (Ogg) at 24 kHz because Opus
-  only takes 8/12/16/24/48 kHz.
+* ``mp3`` (libmp3lame), ``opus`` (libopus in Ogg), ``flac``, ``aac`` (FFmpeg's AAC encoder in
+  ADTS frames): FFmpeg encoders and muxers through PyAV, writing to an in-memory,
+  non-seekable sink (so no muxer goes back to patch a header: what is sent stays valid).
+  mp3/flac/aac at the model rate; opus at 24 kHz (Opus only takes 8/12/16/24/48 kHz), through
+  the same streaming soxr resampler as ``pcm``.
+
+Every int16 sample comes from :func:`cosyvino.audio.float_to_int16`, the rule the CLI's files
+use too.
 """
 
 from __future__ import annotations
 
-import io
 import struct
+from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
+
+from ..audio import float_to_int16, join_chunks
+# re-exported: the server's join policy (used by streaming.py, tests, benchmarks)
+from ..audio import JOIN_FADE_SECONDS, chunk_position, smooth_join  # noqa: F401
 
 #: OpenAI ``response_format`` -> Content-Type
 CONTENT_TYPES = {
@@ -28,48 +41,23 @@ CONTENT_TYPES = {
     "wav": "audio/wav",
     "pcm": "audio/pcm",
 }
-#: formats we produce for /v1/audio/speech (aac is OpenAI's but libsndfile cannot write it)
-SPEECH_FORMATS = ("wav", "pcm", "flac", "mp3", "opus")
+#: formats we produce for /v1/audio/speech (all of OpenAI's)
+SPEECH_FORMATS = ("wav", "pcm", "flac", "mp3", "opus", "aac")
 PCM_RATE = 24000
 OPUS_RATE = 24000
-#: length of the raised-cosine fade on each side of a segment join
-JOIN_FADE_SECONDS = 0.010
+
+#: what the server sends for a list of chunks, as one float array (tests, benchmarks): the
+#: joins of :func:`cosyvino.audio.join_chunks` (the server's join policy lives there)
+join_segments = join_chunks
 
 
 def to_int16(samples: np.ndarray) -> np.ndarray:
-    """float [-1, 1] -> int16 (x 32767, clipped), the same rule as ``Audio.to_int16``."""
-    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+    """float -> int16 by :func:`cosyvino.audio.float_to_int16` (clip to [-1, 1], x 32767,
+    round to nearest)."""
+    return float_to_int16(samples)
 
 
-def smooth_join(samples: np.ndarray, index: int, total: int, sample_rate: int) -> np.ndarray:
-    """Segment ``index`` of ``total`` with short fades at the joins (no pop between segments).
-
-    Segments are synthesized independently, so the waveform jumps where one ends and the next
-    starts. The first segment keeps its start, the last its end; every join gets a 10 ms
-    raised-cosine fade-out on the left and fade-in on the right, both meeting at zero. Needs no
-    look-ahead (``total`` is known up front), so streaming adds no latency, and a one-segment
-    text is returned unchanged (bit-identical to ``Synthesizer.synthesize``).
-    """
-    n = min(int(round(JOIN_FADE_SECONDS * sample_rate)), samples.shape[0] // 2)
-    if total <= 1 or n <= 0:
-        return samples
-    out = np.array(samples, dtype=np.float32, copy=True)
-    ramp = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, n, dtype=np.float64))).astype(np.float32)
-    if index > 0:
-        out[:n] *= ramp
-    if index < total - 1:
-        out[-n:] *= ramp[::-1]
-    return out
-
-
-def join_segments(chunks: list[np.ndarray], sample_rate: int) -> np.ndarray:
-    """What the server sends for these segments, as one float array (tests, benchmarks)."""
-    total = len(chunks)
-    if not total:
-        return np.zeros(0, np.float32)
-    return np.concatenate([smooth_join(c, i, total, sample_rate) for i, c in enumerate(chunks)])
-
-
+# ---- encoders --------------------------------------------------------------------------------
 def wav_stream_header(sample_rate: int, channels: int = 1, bits: int = 16) -> bytes:
     """44-byte PCM WAV header with unknown length (RIFF and data sizes 0xFFFFFFFF)."""
     block = channels * bits // 8
@@ -80,7 +68,14 @@ def wav_stream_header(sample_rate: int, channels: int = 1, bits: int = 16) -> by
 
 
 class StreamEncoder:
-    """Feed segments in order with :meth:`feed`; :meth:`finish` returns the trailing bytes."""
+    """Feed chunks in order with :meth:`feed` (``last=True`` on the final one, which then also
+    returns the trailing bytes); :meth:`finish` returns whatever is still due (all of it when
+    no chunk was marked last); :meth:`close` frees the encoder of a stream that was cut.
+
+    Attributes:
+        media_type: the Content-Type.
+        sample_rate: Hz of the float input (the model rate).
+    """
 
     media_type = "application/octet-stream"
 
@@ -88,10 +83,14 @@ class StreamEncoder:
         self.sample_rate = sample_rate
 
     def feed(self, samples: np.ndarray, last: bool) -> bytes:  # pragma: no cover - abstract
+        """Encode float32 [S] (``last``: no more chunks follow); returns the bytes ready."""
         raise NotImplementedError
 
     def finish(self) -> bytes:
         return b""
+
+    def close(self) -> None:
+        """Release the encoder without finishing (idempotent)."""
 
 
 class RawEncoder(StreamEncoder):
@@ -102,6 +101,8 @@ class RawEncoder(StreamEncoder):
 
 
 class WavEncoder(StreamEncoder):
+    """One unknown-length WAV header, then int16 LE at the model rate per chunk."""
+
     media_type = CONTENT_TYPES["wav"]
 
     def __init__(self, sample_rate):
@@ -121,78 +122,196 @@ class WavEncoder(StreamEncoder):
         return self._header()  # an empty stream is still a valid (empty) WAV
 
 
+class _Resampler:
+    """One soxr stream from ``rate_in`` to ``rate_out`` (float32 mono), HQ quality."""
+
+    def __init__(self, rate_in: int, rate_out: int):
+        import soxr
+
+        self._stream = soxr.ResampleStream(rate_in, rate_out, 1, dtype="float32",
+                                           quality="HQ")
+        self.done = False
+
+    def __call__(self, samples: np.ndarray, last: bool) -> np.ndarray:
+        if self.done:
+            raise ValueError("audio fed after the last chunk")
+        self.done = last
+        return self._stream.resample_chunk(np.ascontiguousarray(samples, np.float32),
+                                           last=last)
+
+    def flush(self) -> np.ndarray:
+        return np.zeros(0, np.float32) if self.done else self(np.zeros(0, np.float32), True)
+
+
 class PcmEncoder(StreamEncoder):
-    """int16 LE mono at 24 kHz; one soxr stream across all segments."""
+    """int16 LE mono at 24 kHz; one soxr stream across all chunks."""
 
     media_type = CONTENT_TYPES["pcm"]
 
     def __init__(self, sample_rate):
         super().__init__(sample_rate)
-        self._resampler = None
-        self._done = False
+        self._resampler = _Resampler(sample_rate, PCM_RATE) if sample_rate != PCM_RATE \
+            else None
 
     def feed(self, samples, last):
-        if self.sample_rate == PCM_RATE:
-            return to_int16(samples).tobytes()
-        import soxr
-
         if self._resampler is None:
-            self._resampler = soxr.ResampleStream(self.sample_rate, PCM_RATE, 1,
-                                                  dtype="float32", quality="HQ")
-        out = self._resampler.resample_chunk(np.ascontiguousarray(samples, np.float32),
-                                             last=last)
-        self._done = self._done or last
-        return to_int16(out).tobytes()
+            return to_int16(samples).tobytes()
+        return to_int16(self._resampler(samples, last)).tobytes()
 
     def finish(self):
-        if self._resampler is None or self._done:
+        if self._resampler is None:
             return b""
-        self._done = True
-        return to_int16(self._resampler.resample_chunk(np.zeros(0, np.float32),
-                                                       last=True)).tobytes()
+        return to_int16(self._resampler.flush()).tobytes()
 
 
-class FileEncoder(StreamEncoder):
-    """Collects the segments and encodes one file at the end (flac, mp3, opus)."""
+@dataclass(frozen=True)
+class AvFormat:
+    """How one response format is made with FFmpeg (through PyAV).
 
-    _SF = {"flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS")}
+    Attributes:
+        muxer: FFmpeg output format name; codec: encoder name.
+        sample_format: the encoder's input sample format (``s16`` gets
+            :func:`float_to_int16` samples, so flac is exactly the wav's samples).
+        rate: output Hz, or None for the model rate.
+        bit_rate: bits per second for lossy codecs (our choice for mono speech), None for
+            lossless.
+        options: muxer options.
+    """
 
-    def __init__(self, sample_rate, fmt: str):
+    muxer: str
+    codec: str
+    sample_format: str
+    rate: int | None = None
+    bit_rate: int | None = None
+    options: dict = field(default_factory=dict)
+
+
+#: response format -> how PyAV makes it. Ogg pages are closed every 40 ms of audio (the
+#: muxer's default is 1 s, which would hold back the first second of every stream).
+AV_FORMATS = {
+    "mp3": AvFormat("mp3", "libmp3lame", "fltp", bit_rate=64000),
+    "opus": AvFormat("ogg", "libopus", "flt", rate=OPUS_RATE, bit_rate=32000,
+                     options={"page_duration": "40000"}),
+    "flac": AvFormat("flac", "flac", "s16"),
+    "aac": AvFormat("adts", "aac", "fltp", bit_rate=64000),
+}
+
+
+class _Sink:
+    """The file the muxer writes to: appends, cannot seek (so nothing already sent is
+    rewritten); :meth:`take` hands out what was written since the last call."""
+
+    def __init__(self):
+        self._buf = bytearray()
+
+    def write(self, data) -> int:
+        self._buf += data
+        return len(data)
+
+    def take(self) -> bytes:
+        out = bytes(self._buf)
+        self._buf.clear()
+        return out
+
+
+class AvEncoder(StreamEncoder):
+    """mp3 / opus / flac / aac, progressively, with PyAV (FFmpeg's encoders and muxers).
+
+    The container header goes out with the first bytes; every :meth:`feed` returns the frames
+    (pages) the encoder and muxer completed for it. What the codec still needs for its
+    look-ahead and to fill a frame (an Ogg page) stays in it until the next chunk or the end
+    (how much: docs/server.md).
+
+    Raises:
+        ValueError: unknown format, or audio fed after the last chunk.
+    """
+
+    def __init__(self, sample_rate: int, fmt: str):
         super().__init__(sample_rate)
+        import av
+
+        if fmt not in AV_FORMATS:
+            raise ValueError(f"unknown format {fmt!r}")
         self.fmt = fmt
         self.media_type = CONTENT_TYPES[fmt]
-        self._parts: list[np.ndarray] = []
+        self._spec = spec = AV_FORMATS[fmt]
+        self.output_rate = spec.rate or sample_rate
+        self._resampler = (_Resampler(sample_rate, self.output_rate)
+                           if self.output_rate != sample_rate else None)
+        self._sink = _Sink()
+        self._av = av
+        self._container = av.open(self._sink, "w", format=spec.muxer,
+                                  container_options=dict(spec.options))
+        # flush_packets: bytes reach the sink per packet, not per 32 KiB of I/O buffer;
+        # bitexact: no random Ogg serial, no version strings (same input, same bytes)
+        self._container.flags |= (av.container.Flags.flush_packets.value
+                                  | av.container.Flags.bitexact.value)
+        self._stream = self._container.add_stream(spec.codec, rate=self.output_rate)
+        codec = self._stream.codec_context
+        codec.layout = "mono"
+        if spec.bit_rate:
+            codec.bit_rate = spec.bit_rate
+        self._pts = 0
+        self._ended = False
+        self._closed = False
+
+    def _encode(self, samples: np.ndarray) -> None:
+        if samples.size == 0:
+            return
+        if self._spec.sample_format == "s16":
+            data = to_int16(samples)
+        else:
+            data = np.clip(np.ascontiguousarray(samples, np.float32), -1.0, 1.0)
+        frame = self._av.AudioFrame.from_ndarray(data.reshape(1, -1),
+                                                 format=self._spec.sample_format,
+                                                 layout="mono")
+        frame.sample_rate = self.output_rate
+        frame.time_base = Fraction(1, self.output_rate)
+        frame.pts = self._pts
+        self._pts += data.size
+        self._container.mux(self._stream.encode(frame))
+
+    def _end(self) -> None:
+        if self._resampler is not None:
+            self._encode(self._resampler.flush())
+        self._container.mux(self._stream.encode(None))  # the encoder's delayed frames
+        self._ended = True
+        self.close()  # the trailer (nothing is rewritten: the sink cannot seek)
 
     def feed(self, samples, last):
-        self._parts.append(np.asarray(samples, np.float32))
-        return b""
+        if self._ended:
+            raise ValueError("audio fed after the last chunk")
+        x = np.asarray(samples, np.float32)
+        if self._resampler is not None:
+            x = self._resampler(x, False)
+        self._encode(x)
+        if last:
+            self._end()
+        return self._sink.take()
 
     def finish(self):
-        import soundfile as sf
+        if not self._ended:
+            self._end()
+        return self._sink.take()
 
-        samples = (np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32))
-        rate = self.sample_rate
-        if self.fmt == "opus" and rate != OPUS_RATE:
-            import soxr
-
-            samples = soxr.resample(samples, rate, OPUS_RATE, quality="HQ").astype(np.float32)
-            rate = OPUS_RATE
-        container, subtype = self._SF[self.fmt]
-        buf = io.BytesIO()
-        with sf.SoundFile(buf, "w", samplerate=rate, channels=1, format=container,
-                          subtype=subtype) as f:
-            f.write(np.clip(samples, -1.0, 1.0))
-        return buf.getvalue()
+    def close(self):
+        if not self._closed:
+            self._closed = True
+            self._container.close()
 
 
 def make_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
-    """Encoder for an OpenAI ``response_format`` or ``raw`` (CosyVoice wire format)."""
+    """Encoder for an OpenAI ``response_format`` or ``raw`` (CosyVoice wire format).
+
+    Raises:
+        ValueError: unknown format.
+    """
     if fmt == "raw":
         return RawEncoder(sample_rate)
     if fmt == "wav":
         return WavEncoder(sample_rate)
     if fmt == "pcm":
         return PcmEncoder(sample_rate)
-    if fmt in FileEncoder._SF:
-        return FileEncoder(sample_rate, fmt)
+    if fmt in AV_FORMATS:
+        return AvEncoder(sample_rate, fmt)
     raise ValueError(f"unknown format {fmt!r}")

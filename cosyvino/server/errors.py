@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 
 from ..errors import EmptyTextError, InputError, UnknownSpeakerError
-from .pool import Busy, NotReady
+from .pool import Busy, NotReady, TooLong
 
 
 class APIError(Exception):
@@ -38,9 +38,17 @@ class APIError(Exception):
 
 
 def busy_error(e: Busy) -> APIError:
-    """503 ``server_busy`` with the pool's Retry-After estimate."""
-    return APIError(503, str(e), type_="server_error", code="server_busy",
-                    headers={"Retry-After": str(e.retry_after)})
+    """503 ``server_busy`` with the pool's Retry-After estimate (``Connection: close`` while
+    draining, so the client's next request goes to a fresh connection)."""
+    headers = {"Retry-After": str(e.retry_after)}
+    if getattr(e, "reason", None) == "draining":
+        headers["Connection"] = "close"
+    return APIError(503, str(e), type_="server_error", code="server_busy", headers=headers)
+
+
+def too_long_error(e: TooLong, text_param: str) -> APIError:
+    """400 ``input_too_long``: the request alone cannot finish within the request timeout."""
+    return APIError(400, str(e), param=text_param, code="input_too_long")
 
 
 def not_ready_error(e: NotReady) -> APIError:

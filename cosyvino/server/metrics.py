@@ -36,8 +36,17 @@ class Metrics:
                                     "Result cache misses (seeded requests)", registry=r)
         self.cancelled = Counter("cosyvino_cancelled", "Syntheses cancelled", ["reason"],
                                  registry=r)
+        self.streams_cut = Counter("cosyvino_streams_cut", "Responses cut after their headers "
+                                   "went out (docs/server.md, 'Streams that are cut')",
+                                   ["endpoint", "reason"], registry=r)
         self.stopped_early = Counter("cosyvino_stopped_early", "Syntheses whose worker stopped "
                                      "before the last segment (cancel seen)", registry=r)
+        self.refused = Counter("cosyvino_refused", "Synthesis requests refused at admission",
+                               ["reason"], registry=r)
+        self.backlog_seconds = Gauge("cosyvino_backlog_seconds", "Estimated seconds until a "
+                                     "new request would get a session", registry=r)
+        self.estimated_rtf = Gauge("cosyvino_estimated_rtf", "Admission estimate: wall "
+                                   "seconds per second of speech", registry=r)
 
 
 #: endpoint label values (anything else is "other": bounded label cardinality)

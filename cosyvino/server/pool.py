@@ -16,14 +16,25 @@
   ``cancel`` event (client gone, timeout, shutdown) stops the request before its next step; the
   slot is given back when the worker reports the request finished (done, failed, cancelled),
   never earlier, so a cancelled request cannot overlap the next one.
+* Admission accounts for work (issue 19, items 2, 3, 10): :class:`WorkEstimator` turns a request
+  into expected seconds of speech and wall seconds (rates measured online, decaying), and
+  :meth:`SynthesisPool.enter` refuses a request that would not finish before its deadline given
+  the work already running and queued (503 + Retry-After), or that could never finish within
+  the request timeout (:class:`TooLong`, a 400). A queued request whose deadline becomes
+  unreachable leaves the queue with a 503 before it starts (:meth:`SynthesisPool.acquire`), so
+  an admitted request is not left to time out because of queue order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import math
 import threading
 import time
+import unicodedata
+from dataclasses import dataclass
 
 from ..engine import RequestHandle, Scheduler
 from ..engine.scheduler import CHUNK, DONE
@@ -34,15 +45,184 @@ log = logging.getLogger("cosyvino.server")
 
 
 class Busy(Exception):
-    """Queue full (or no slot within the time limit): answer 503 with ``retry_after``."""
+    """Queue full, or the request would not finish before its deadline behind the work already
+    admitted: answer 503 with ``retry_after`` (whole seconds, >= 1). ``reason``:
+    ``queue_full``, ``deadline`` or ``draining``."""
 
-    def __init__(self, message: str, retry_after: int):
+    def __init__(self, message: str, retry_after: int, reason: str = "queue_full"):
         super().__init__(message)
         self.retry_after = retry_after
+        self.reason = reason
 
 
 class NotReady(Exception):
     """The model is still loading (or failed to load)."""
+
+
+class TooLong(Exception):
+    """The request alone would take longer than the request timeout at the measured speed: a
+    400 (retrying cannot help). Attributes: ``seconds`` (estimated wall seconds, margin
+    included), ``limit`` (the request timeout, s), ``speech_seconds`` (expected speech at speed
+    1) and ``max_speech_seconds`` (what fits in the timeout at the measured speed)."""
+
+    def __init__(self, seconds: float, limit: float, speech_seconds: float,
+                 max_speech_seconds: float):
+        super().__init__(
+            f"this input is about {speech_seconds:.0f} s of speech, which would take about "
+            f"{seconds:.0f} s to synthesize at the server's measured speed; the request timeout "
+            f"is {limit:g} s, which allows about {max_speech_seconds:.0f} s of speech: split "
+            "the text into shorter requests")
+        self.seconds = seconds
+        self.limit = limit
+        self.speech_seconds = speech_seconds
+        self.max_speech_seconds = max_speech_seconds
+
+
+# ---- work estimates --------------------------------------------------------------------------
+#: prior seconds of speech per text unit (a CJK/kana/hangul character is 1 unit, a Latin
+#: letter or digit :data:`LETTER_UNITS`): Mandarin is read at about 4-5 characters per second,
+#: English at about 13-15 letters per second (0.07-0.08 s, about a third of a character).
+#: Only the starting point: the ratio is then measured on completed requests.
+SPEECH_SECONDS_PER_UNIT = 0.22
+LETTER_UNITS = 0.35
+#: speech tokens per second of speech at speed 1 (``SynthesisRequest.num_speech_tokens``:
+#: 50 = 1 s): exact speech length of a request with forced token counts
+TOKENS_PER_SECOND = 50.0
+#: prior wall seconds per second of speech (before anything was measured) and how many seconds
+#: of measured speech it weighs
+PRIOR_RTF = 1.0
+PRIOR_WEIGHT_SECONDS = 2.0
+#: half-life (s) of the decaying averages: an observation counts half after this long
+HALF_LIFE_SECONDS = 60.0
+#: admission plans for this factor more wall time than the estimate (estimates are averages)
+MARGIN = 1.25
+#: seconds of speech measured before a request is refused as never fitting (400)
+MIN_EVIDENCE_SECONDS = 5.0
+
+
+def text_units(text: str) -> float:
+    """Length of ``text`` in speech units: 1 per CJK ideograph, kana or hangul syllable,
+    :data:`LETTER_UNITS` per other letter or digit; punctuation and spaces count 0."""
+    units = 0.0
+    for ch in text:
+        if not ch.isalnum():
+            continue
+        name = unicodedata.name(ch, "")
+        if name.startswith(("CJK", "HIRAGANA", "KATAKANA", "HANGUL")):
+            units += 1.0
+        else:
+            units += LETTER_UNITS
+    return units
+
+
+class _DecayingRatio:
+    """``sum(w * num) / sum(w * den)`` with weights halving every ``half_life`` seconds of the
+    clock: recent observations dominate, and idle time changes nothing (both sums decay
+    alike)."""
+
+    def __init__(self, prior: float, weight: float, half_life: float):
+        self.num, self.den = prior * weight, weight
+        self.half_life = half_life
+        self.last: float | None = None
+
+    def add(self, num: float, den: float, now: float) -> None:
+        if self.last is not None and now > self.last:
+            f = 0.5 ** ((now - self.last) / self.half_life)
+            self.num *= f
+            self.den *= f
+        self.last = now
+        self.num += num
+        self.den += den
+
+    @property
+    def value(self) -> float:
+        return self.num / self.den
+
+
+class WorkEstimator:
+    """Expected speech and wall seconds of requests, from rates measured online.
+
+    * speech seconds (at speed 1) of a request: ``segments * num_speech_tokens /``
+      :data:`TOKENS_PER_SECOND` when the token count is forced, else ``text_units(text) *``
+      the measured speech seconds per unit (completed requests; prior
+      :data:`SPEECH_SECONDS_PER_UNIT`);
+    * wall seconds: speech seconds times the measured wall seconds per speech second, observed
+      on every chunk a running request delivers (so a long request counts as it progresses, and
+      under contention the rate includes it); prior :data:`PRIOR_RTF`.
+
+    Both are :class:`_DecayingRatio` s with half-life :data:`HALF_LIFE_SECONDS`, so older (long)
+    requests stop dominating. Not thread-safe: the pool calls it under its lock.
+
+    Args:
+        clock: seconds, monotonic (``time.perf_counter``; tests pass a fake one).
+    """
+
+    def __init__(self, clock=time.perf_counter, half_life: float = HALF_LIFE_SECONDS):
+        self.clock = clock
+        self._rtf = _DecayingRatio(PRIOR_RTF, PRIOR_WEIGHT_SECONDS, half_life)
+        self._per_unit = _DecayingRatio(SPEECH_SECONDS_PER_UNIT, 10.0, half_life)
+        self.measured_seconds = 0.0  # speech seconds observed (not decayed): the evidence
+
+    @property
+    def rtf(self) -> float:
+        """Wall seconds per second of speech (at speed 1)."""
+        return self._rtf.value
+
+    @property
+    def speech_per_unit(self) -> float:
+        """Seconds of speech per text unit."""
+        return self._per_unit.value
+
+    @property
+    def confident(self) -> bool:
+        """Enough measured to refuse a request as never fitting."""
+        return self.measured_seconds >= MIN_EVIDENCE_SECONDS
+
+    def speech_seconds(self, request: SynthesisRequest, segments: int = 1) -> float:
+        """Expected seconds of speech of a validated request, at speed 1 (>= 0)."""
+        if request.num_speech_tokens:
+            return max(1, segments) * request.num_speech_tokens / TOKENS_PER_SECOND
+        return text_units(request.text) * self.speech_per_unit
+
+    def observe_chunk(self, wall: float, speech_seconds: float) -> None:
+        """A running request delivered ``speech_seconds`` (audio seconds x speed) in ``wall``
+        seconds since its previous chunk (or its start)."""
+        if speech_seconds <= 0 or wall < 0:
+            return
+        self._rtf.add(wall, speech_seconds, self.clock())
+        self.measured_seconds += speech_seconds
+
+    def observe_request(self, units: float, speech_seconds: float) -> None:
+        """A completed (not forced-length) request: ``units`` of text gave ``speech_seconds``."""
+        if units > 0 and speech_seconds > 0:
+            self._per_unit.add(speech_seconds, units, self.clock())
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A request's place in the pool, with what admission knows of it.
+
+    Attributes:
+        speech: expected seconds of speech (speed 1); ``units``: its text units (0 if forced).
+        deadline: clock time by which its last byte must be out.
+        started: clock time it got a slot (None while queued); ``done``: speech seconds
+            delivered so far; ``last``: clock time of its start or last chunk.
+    """
+
+    speech: float = 0.0
+    units: float = 0.0
+    deadline: float = math.inf
+    speed: float = 1.0
+    started: float | None = None
+    done: float = 0.0
+    last: float = 0.0
+
+
+#: the ticket of the request this task is serving (set by :meth:`SynthesisPool.enter`, read by
+#: :meth:`~SynthesisPool.acquire` and :meth:`~SynthesisPool.start` in the same task when they
+#: are not given one)
+_CURRENT_TICKET: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar(
+    "cosyvino_ticket", default=None)
 
 
 class SynthesisPool:
@@ -59,8 +239,12 @@ class SynthesisPool:
     workers.
     """
 
-    def __init__(self, config, synthesizers=None, metrics=None):
+    def __init__(self, config, synthesizers=None, metrics=None, clock=time.perf_counter):
         self.config = config
+        self.clock = clock
+        self.estimator = WorkEstimator(clock)
+        self._queued: list[Ticket] = []   # admitted, waiting for a slot (FIFO; under _lock)
+        self._started: list[Ticket] = []  # holding a slot (under _lock)
         self.metrics = metrics
         self.synths: list = list(synthesizers or [])
         self.scheduler: Scheduler | None = None
@@ -73,7 +257,6 @@ class SynthesisPool:
         self._jobs: set = set()  # their jobs (guarded by _lock), cancelled on shutdown
         self._lock = threading.Lock()
         self._sem: asyncio.Semaphore | None = None
-        self._avg_job_seconds = 2.0
 
     # ---- loading -----------------------------------------------------------------------------
     @property
@@ -146,50 +329,186 @@ class SynthesisPool:
             InputError and subclasses (EmptyTextError, UnknownSpeakerError): a bad request.
             NotReady: no model loaded.
         """
+        return self.validate(request)[0]
+
+    def validate(self, request: SynthesisRequest) -> tuple[SynthesisRequest, int]:
+        """:meth:`prepare`, also returning the number of text segments (for :meth:`enter`)."""
         state = self.synth.engine.start(request)
         state.program.close()  # validation only: nothing ran, no LLM session was opened
-        return state.request
+        return state.request, state.total_segments
 
     # ---- admission (event loop) --------------------------------------------------------------
-    def enter(self) -> None:
-        """Reserve a place (running or queued) or raise :class:`Busy`/:class:`NotReady`."""
+    def enter(self, request: SynthesisRequest | None = None, segments: int = 1,
+              arrived: float | None = None) -> Ticket:
+        """Reserve a place (running or queued) for ``request`` (validated; ``segments`` text
+        segments) that arrived at clock time ``arrived`` (default now), or refuse it.
+
+        Admission plans :data:`MARGIN` x the request's estimated wall time: it must fit before
+        ``arrived + request_timeout`` after the estimated wait for a slot (the remaining work
+        of the running requests and the work of those queued ahead, on ``max_sessions``
+        lanes). The ticket is returned and also bound to the calling task (a context
+        variable) for :meth:`acquire` and :meth:`start`. Without ``request`` only the count
+        is checked (tests).
+
+        Raises:
+            Busy: draining, queue full, or it would not finish before its deadline (503).
+            TooLong: it alone would not finish within the request timeout (400).
+            NotReady: the model is not loaded.
+        """
+        c = self.config
         if self.draining:
-            raise Busy("server is shutting down", retry_after=5)
+            self._refused("draining")
+            raise Busy("server is shutting down; retry on another instance", retry_after=5,
+                       reason="draining")
         if not self.ready.is_set():
             raise NotReady(f"model failed to load: {self.load_error}" if self.load_error
                            else "model is loading; retry shortly")
-        limit = self.config.max_sessions + self.config.queue_size
-        if self._admitted >= limit:
-            raise Busy(f"server busy: {self.config.max_sessions} session(s) running and "
-                       f"{self.config.queue_size} request(s) queued; retry later",
-                       retry_after=self.retry_after())
+        now = self.clock()
+        arrived = now if arrived is None else arrived
+        with self._lock:
+            est = self.estimator
+            ticket = Ticket(deadline=arrived + c.request_timeout, last=now)
+            if request is not None:
+                ticket.speech = est.speech_seconds(request, segments)
+                ticket.units = 0.0 if request.num_speech_tokens else text_units(request.text)
+                ticket.speed = request.speed
+            need = ticket.speech * est.rtf * MARGIN
+            lanes = self._lanes(now)
+            wait = min(lanes)
+            confident = est.confident
+        self._admission_gauges(wait)
+        if self._admitted >= c.max_sessions + c.queue_size:
+            self._refused("queue_full")
+            raise Busy(f"server busy: {c.max_sessions} session(s) running and "
+                       f"{c.queue_size} request(s) queued; retry later",
+                       retry_after=self._seconds(self._first_free(now)), reason="queue_full")
+        if confident and need > c.request_timeout:
+            self._refused("too_long")
+            raise TooLong(need, c.request_timeout, ticket.speech,
+                          c.request_timeout / (est.rtf * MARGIN))
+        # before anything was measured the prior decides only against queued work: an idle
+        # server does not refuse a request on a guess
+        late = now + wait + need - ticket.deadline if confident or wait > 0 else 0.0
+        if late > 0:
+            self._refused("deadline")
+            raise Busy(f"server busy: about {wait:.0f} s of work is ahead of this request, "
+                       f"which needs about {need:.0f} s; it would not finish within the "
+                       f"{c.request_timeout:g} s request timeout; retry later",
+                       retry_after=self._seconds(late), reason="deadline")
+        with self._lock:
+            self._queued.append(ticket)
         self._admitted += 1
+        _CURRENT_TICKET.set(ticket)
+        return ticket
 
-    def leave(self) -> None:
+    def leave(self, ticket: Ticket | None = None) -> None:
         """Give back a place reserved by :meth:`enter` that never got a session."""
         self._admitted -= 1
+        ticket = ticket or _CURRENT_TICKET.get()
+        with self._lock:
+            if ticket in self._queued:
+                self._queued.remove(ticket)
+
+    def _remaining(self, t: Ticket) -> float:
+        """Estimated wall seconds left of a started request (under _lock)."""
+        left = max(t.speech - t.done, 0.1 * t.speech)
+        return left * self.estimator.rtf
+
+    def _lanes(self, now: float) -> list[float]:
+        """Seconds until each of the ``max_sessions`` slots is free for a new request, with
+        the queued requests placed (FIFO) on the earliest-free slot (under _lock)."""
+        n = self.config.max_sessions
+        lanes = sorted(self._remaining(t) for t in self._started)[:n]
+        lanes += [0.0] * (n - len(lanes))
+        rtf = self.estimator.rtf
+        for t in self._queued:
+            i = lanes.index(min(lanes))
+            lanes[i] += t.speech * rtf
+        return lanes
+
+    def _first_free(self, now: float) -> float:
+        """Seconds until the first running request is estimated to finish."""
+        with self._lock:
+            running = [self._remaining(t) for t in self._started]
+        return min(running) if running else 0.0
+
+    def _seconds(self, value: float) -> int:
+        """A Retry-After value: whole seconds, 1 .. request timeout."""
+        return int(max(1, min(math.ceil(value), math.ceil(self.config.request_timeout))))
 
     def retry_after(self) -> int:
-        waves = 1 + self.config.queue_size / max(1, self.config.max_sessions)
-        return max(1, min(60, int(round(self._avg_job_seconds * waves))))
+        """Seconds until a slot is estimated to free up (>= 1): the remaining work of the
+        running request closest to its end, from the measured speed."""
+        return self._seconds(self._first_free(self.clock()))
 
-    async def acquire(self, timeout: float, stop: asyncio.Event) -> bool:
-        """Wait for a free slot (after :meth:`enter`). False when ``stop`` fired first;
-        raises :class:`Busy` on timeout. Either way the place is then given back."""
+    def estimates(self) -> dict:
+        """The admission estimator's numbers (for /ready)."""
+        now = self.clock()
+        with self._lock:
+            return {"rtf": round(self.estimator.rtf, 4),
+                    "speech_seconds_per_unit": round(self.estimator.speech_per_unit, 4),
+                    "measured_speech_seconds": round(self.estimator.measured_seconds, 2),
+                    "backlog_seconds": round(min(self._lanes(now)), 2)}
+
+    def _refused(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.refused.labels(reason).inc()
+
+    def _admission_gauges(self, wait: float) -> None:
+        if self.metrics is not None:
+            self.metrics.backlog_seconds.set(wait)
+            self.metrics.estimated_rtf.set(self.estimator.rtf)
+
+    async def acquire(self, timeout: float, stop: asyncio.Event,
+                      ticket: Ticket | None = None) -> bool:
+        """Wait for a free slot (after :meth:`enter`; ``ticket`` defaults to the one
+        :meth:`enter` bound to this task). False when ``stop`` fired first. Raises
+        :class:`Busy` (503, nothing ran) when ``timeout`` passes or, re-checked as the
+        estimates change, when the ticket's deadline no longer leaves time for its estimated
+        work (:data:`MARGIN` included). In those cases the place is given back."""
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.config.max_sessions)
+        ticket = ticket or _CURRENT_TICKET.get()
         self._waiting += 1
         self._gauges()
-        get = asyncio.ensure_future(self._sem.acquire())
+        give_up = self.clock() + max(0.0, timeout)
+        get = asyncio.ensure_future(self._sem.acquire())  # one place in the semaphore's FIFO
         stopped = asyncio.ensure_future(stop.wait())
+        done: set = set()
+        late = False
         try:
-            done, _ = await asyncio.wait({get, stopped}, timeout=max(0.0, timeout),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.sleep(0)  # a free slot is taken before any deadline check
+            while True:
+                if get.done():
+                    done = {get}
+                    break
+                now = self.clock()
+                left = give_up - now
+                if ticket is not None and ticket.speech > 0:
+                    with self._lock:  # without measurements, only the timeout (as in enter)
+                        if self.estimator.confident:
+                            need = ticket.speech * self.estimator.rtf * MARGIN
+                            left = min(left, ticket.deadline - need - now)
+                if left <= 0:
+                    late = True
+                    break
+                # re-check the deadline at least every second (the rate may change)
+                done, _ = await asyncio.wait({get, stopped}, timeout=min(left, 1.0),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if done:
+                    break
         finally:
             self._waiting -= 1
             stopped.cancel()
             self._gauges()
         if get in done:
+            if ticket is not None:
+                with self._lock:
+                    if ticket in self._queued:
+                        self._queued.remove(ticket)
+                    ticket.started = ticket.last = self.clock()
+                    if ticket not in self._started:
+                        self._started.append(ticket)
             return True
         get.cancel()
         try:
@@ -197,11 +516,13 @@ class SynthesisPool:
             self._sem.release()
         except asyncio.CancelledError:
             pass
-        self.leave()
-        if stopped in done:
+        self.leave(ticket)
+        if stopped in done and not late:
             return False
-        raise Busy("no session became free within the request timeout",
-                   retry_after=self.retry_after())
+        self._refused("deadline")
+        raise Busy("server busy: the work queued ahead of this request did not leave time "
+                   "for it to finish within the request timeout; retry later",
+                   retry_after=self.retry_after(), reason="deadline")
 
     def _release(self) -> None:
         self._admitted -= 1
@@ -230,6 +551,7 @@ class SynthesisPool:
         """
         loop = asyncio.get_running_loop()
         job = Job(loop, cancel)
+        job.ticket = _CURRENT_TICKET.get()
         with self._lock:
             self._running += 1
             self._jobs.add(job)
@@ -269,9 +591,21 @@ class SynthesisPool:
     def _on_event(self, job: "Job", kind: str, value) -> None:
         """The handle's callback (a scheduler worker thread): chunk, done or error."""
         if kind == CHUNK:
+            t = job.ticket
+            if t is not None:
+                now = self.clock()
+                speech = value.duration * t.speed
+                with self._lock:
+                    self.estimator.observe_chunk(now - t.last, speech)
+                    t.done += speech
+                    t.last = now
+                    rtf = self.estimator.rtf
+                if self.metrics is not None:
+                    self.metrics.estimated_rtf.set(rtf)
             job.emit("segment", value)
             return
         if kind == DONE:
+            job.completed = True
             job.emit("end", None)
         elif isinstance(value, SynthesisCancelled):
             if self.metrics is not None:
@@ -285,10 +619,15 @@ class SynthesisPool:
     def _finish(self, job: "Job", ran: bool = True) -> None:
         """The request left the scheduler (``ran``) or never got in: bookkeeping, then the slot
         goes back on the loop. Any thread; once per job."""
-        elapsed = time.perf_counter() - job.started
+        t = job.ticket
         with self._lock:
-            if ran:  # Retry-After estimates from the time requests really take
-                self._avg_job_seconds = 0.8 * self._avg_job_seconds + 0.2 * elapsed
+            if t is not None:
+                if t in self._started:
+                    self._started.remove(t)
+                if t in self._queued:
+                    self._queued.remove(t)
+                if ran and job.completed:  # speech per text unit, from whole requests
+                    self.estimator.observe_request(t.units, t.done)
             self._running -= 1
             self._jobs.discard(job)
             running = self._running
@@ -299,6 +638,11 @@ class SynthesisPool:
         except RuntimeError:  # loop already closed (shutdown)
             pass
         job.finished.set()
+
+    @property
+    def admitted(self) -> int:
+        """Requests holding a place (running or queued; event-loop thread)."""
+        return self._admitted
 
     @property
     def running(self) -> int:
@@ -339,6 +683,8 @@ class Job:
         self.handle: RequestHandle | None = None
         self.total = 1
         self.started = time.perf_counter()
+        self.ticket: Ticket | None = None  # the admission ticket (estimates), if any
+        self.completed = False
 
     def emit(self, kind: str, value) -> None:
         """Post ``(kind, value)`` to the loop (any thread)."""

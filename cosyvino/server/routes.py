@@ -26,9 +26,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import InputError
 from .cache import ResultCache, cache_key, model_fingerprint
 from .config import ServerConfig
-from .errors import APIError, busy_error, input_error, not_ready_error
+from .errors import APIError, busy_error, input_error, not_ready_error, too_long_error
 from .metrics import Metrics, MetricsMiddleware
-from .pool import Busy, NotReady, SynthesisPool
+from .pool import Busy, NotReady, SynthesisPool, TooLong
 from .schemas import SftForm, SpeechParams, normalize_for_key, parse, parse_speech_request
 from .streaming import SynthesisResponse, cached_response
 
@@ -97,12 +97,40 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+#: deepest JSON nesting a body may have (ours are flat objects; deeper ones are refused
+#: before anything walks them recursively)
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(value) -> int:
+    """Nesting depth of decoded JSON (a scalar is 0, ``[]`` and ``{}`` are 1); iterative, so
+    any depth is measured without recursion."""
+    depth, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, list):
+            continue
+        depth = max(depth, d)
+        stack.extend((x, d + 1) for x in v if isinstance(x, (dict, list)))
+    return depth
+
+
 def json_body(raw: bytes):
-    """Decoded JSON (APIError 400 ``invalid_json`` when malformed)."""
+    """Decoded JSON (APIError 400 ``invalid_json`` when malformed or nested deeper than
+    :data:`MAX_JSON_DEPTH`)."""
+    too_deep = APIError(400, f"JSON body nested too deeply (the limit is {MAX_JSON_DEPTH} "
+                        "levels)", code="invalid_json")
     try:
-        return json.loads(raw)
+        value = json.loads(raw)
+    except RecursionError:  # the decoder's own limit (about 1000 levels)
+        raise too_deep from None
     except (ValueError, UnicodeDecodeError) as e:
         raise APIError(400, f"malformed JSON body: {e}", code="invalid_json") from None
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise too_deep
+    return value
 
 
 async def sft_fields(request: Request, raw: bytes) -> dict:
@@ -189,7 +217,8 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         synth = state.synth()
         n_tokens = config.num_speech_tokens
         try:
-            request = await run_in_threadpool(state.pool.prepare, p.request(n_tokens))
+            request, segments = await run_in_threadpool(state.pool.validate,
+                                                        p.request(n_tokens))
         except InputError as e:
             raise input_error(e, p.text_param, p.voice_param) from None
         except NotReady as e:
@@ -198,16 +227,19 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         if p.seed is not None and state.cache is not None:
             key = cache_key(model=state.fingerprint, text=normalize_for_key(p.text),
                             voice=p.voice, speed=p.speed, format=p.fmt, seed=p.seed,
-                            tokens=n_tokens, sampling=repr(synth.config.llm.sampling))
+                            tokens=n_tokens, sampling=repr(synth.config.llm.sampling),
+                            hops=p.hop_schedule)
             data = await run_in_threadpool(state.cache.get, key)
             if data is not None:
                 state.metrics.cache_hits.inc()
                 return cached_response(data, p.fmt, p.sse)
             state.metrics.cache_misses.inc()
         try:
-            state.pool.enter()
+            state.pool.enter(request, segments, started)
         except Busy as e:
             raise busy_error(e) from None
+        except TooLong as e:
+            raise too_long_error(e, p.text_param) from None
         except NotReady as e:
             raise not_ready_error(e) from None
         return SynthesisResponse(state, request, p, key, started)
@@ -258,14 +290,18 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         body = {"ready": pool.ready.is_set() and not pool.draining,
                 "draining": pool.draining, "backend": config.backend,
                 "sessions": config.max_sessions, "queue_size": config.queue_size,
-                "in_flight": pool.running, "settings": config.source}
+                "in_flight": pool.running, "settings": config.source,
+                "admission": pool.estimates()}
         if pool.load_error is not None:
             body["error"] = str(pool.load_error)
         return JSONResponse(body, status_code=200 if body["ready"] else 503)
 
     @app.get("/metrics")
-    async def metrics_endpoint():
+    async def metrics_endpoint(request: Request):
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        if config.metrics_auth:
+            check_auth(request)
 
         return Response(generate_latest(state.metrics.registry),
                         media_type=CONTENT_TYPE_LATEST)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
+import time
 
 import uvicorn
 
@@ -13,22 +16,57 @@ log = logging.getLogger("cosyvino.server")
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn server whose exit signal first flips /ready to 503 and refuses new syntheses
-    (503 + Retry-After), while uvicorn drains the responses already in flight."""
+    """uvicorn server that drains before it stops (docs/server.md, "Graceful shutdown").
+
+    On the first SIGTERM/SIGINT: ``/ready`` turns 503 and new syntheses get 503 + Retry-After
+    + ``Connection: close``; the listening socket closes (new connections are refused) but
+    open connections stay open, so a request on a keep-alive connection gets that 503 rather
+    than a reset. Admitted requests (running and queued) run to the end, for at most
+    ``ServerConfig.drain_seconds``; then uvicorn's own shutdown closes the idle connections,
+    whatever is left is cancelled and the process exits with status 0 (the signal is not
+    re-raised: a drain is the normal way to stop). A second signal stops at once.
+    """
 
     def __init__(self, config: uvicorn.Config, state):
         super().__init__(config)
         self.cosyvino_state = state
+        self.drain_cut = 0  # requests still admitted when the drain time ran out
 
     def handle_exit(self, sig, frame):
-        self.cosyvino_state.pool.draining = True
-        super().handle_exit(sig, frame)
+        pool = self.cosyvino_state.pool
+        if self.should_exit:  # second signal: stop now
+            self.force_exit = True
+            pool.cancel_all()
+            return
+        pool.draining = True
+        self.should_exit = True  # not recorded in _captured_signals: exit 0, not -sig
 
     def stop_on_load_failure(self, error: BaseException) -> None:
         """Stop serving (the model failed to load); called from the loader thread."""
         log.error("stopping: the model failed to load (%s)", error)
         self.cosyvino_state.pool.draining = True
         self.should_exit = True
+
+    async def shutdown(self, sockets=None) -> None:
+        pool = self.cosyvino_state.pool
+        pool.draining = True
+        for server in getattr(self, "servers", []):
+            server.close()  # stop accepting; open connections keep being served (503)
+        limit = self.cosyvino_state.config.drain_seconds
+        deadline = time.monotonic() + limit
+        if pool.admitted:
+            log.info("draining %d admitted request(s) (at most %g s)", pool.admitted, limit)
+        while pool.admitted and not self.force_exit and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.drain_cut = pool.admitted
+        if self.drain_cut:
+            log.warning("drain time (%g s) over: cancelling %d request(s)", limit,
+                        self.drain_cut)
+            pool.cancel_all()
+        # uvicorn's shutdown: idle connections closed, the rest waited for (briefly: the
+        # requests are done or cancelled), then the lifespan stops the scheduler
+        self.config.timeout_graceful_shutdown = max(1.0, deadline - time.monotonic())
+        await super().shutdown(sockets)
 
     @property
     def port(self) -> int | None:
@@ -42,12 +80,13 @@ class DrainingServer(uvicorn.Server):
 def make_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000, *,
                 synthesizers=None, log_level: str = "info",
                 graceful_timeout: float | None = None) -> DrainingServer:
+    """The server for ``config``; ``graceful_timeout`` overrides ``config.drain_timeout``."""
+    if graceful_timeout is not None:
+        config = dataclasses.replace(config, drain_timeout=graceful_timeout)
     app = create_app(config, synthesizers)
     ucfg = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                           access_log=log_level == "debug",
-                          timeout_graceful_shutdown=(graceful_timeout
-                                                     if graceful_timeout is not None
-                                                     else config.request_timeout))
+                          timeout_graceful_shutdown=config.drain_seconds)
     server = DrainingServer(ucfg, app.state.cosyvino)
     app.state.cosyvino.on_load_failed = server.stop_on_load_failure
     return server

@@ -18,7 +18,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, ValidationError, V
                       model_validator)
 from pydantic_core import PydanticCustomError
 
-from ..request import MAX_SPEED, MIN_SPEED, SynthesisRequest
+from ..request import HOP_SCHEDULES, MAX_SPEED, MIN_SPEED, StreamingOptions, SynthesisRequest
 from .config import MAX_INPUT_CHARS
 from .encoding import SPEECH_FORMATS
 from .errors import APIError
@@ -39,6 +39,8 @@ class SpeechParams:
         speed: 0.25..4.0.
         seed: non-negative int, or None (random; such requests are not cached).
         stream_format: ``audio`` (the bytes) or ``sse`` (OpenAI server-sent events).
+        hop_schedule: how audio is cut into chunks (:data:`cosyvino.request.HOP_SCHEDULES`;
+            ``latency`` = the earliest first chunk).
         text_param / voice_param: the endpoint's names of the text and voice fields, for errors.
     """
 
@@ -50,6 +52,7 @@ class SpeechParams:
     stream_format: str = "audio"
     text_param: str = "input"
     voice_param: str = "voice"
+    hop_schedule: str = "latency"
 
     @property
     def sse(self) -> bool:
@@ -58,7 +61,8 @@ class SpeechParams:
     def request(self, num_speech_tokens: int | None = None) -> SynthesisRequest:
         """The engine request (``num_speech_tokens``: the server's forced count, if any)."""
         return SynthesisRequest(text=self.text, voice=self.voice, speed=self.speed,
-                                seed=self.seed, num_speech_tokens=num_speech_tokens)
+                                seed=self.seed, num_speech_tokens=num_speech_tokens,
+                                streaming=StreamingOptions(self.hop_schedule))
 
 
 # ---- field checks ----------------------------------------------------------------------------
@@ -164,6 +168,10 @@ class SpeechBody(BaseModel):
     #: accepted for compatibility; SFT models ignore it
     instructions: Str | None = None
     seed: Annotated[int, _typed((int,), _non_negative)] | None = None
+    #: cosyvino extension: the token-hop schedule (first-chunk latency vs official parity)
+    hop_schedule: Annotated[str, _typed((str,), _one_of(
+        HOP_SCHEDULES, "unsupported hop_schedule {value!r}; choose one of "
+        + ", ".join(HOP_SCHEDULES)))] = "latency"
 
     @model_validator(mode="before")
     @classmethod
@@ -175,7 +183,8 @@ class SpeechBody(BaseModel):
     def params(self, default_voice: str) -> SpeechParams:
         voice = default_voice if self.voice is None else self.voice
         return SpeechParams(self.input, voice, self.response_format,
-                            float(self.speed), self.seed, self.stream_format)
+                            float(self.speed), self.seed, self.stream_format,
+                            hop_schedule=self.hop_schedule)
 
 
 def parse_speech_request(body, default_voice: str) -> SpeechParams:
@@ -213,6 +222,13 @@ def _sft_seed(value):
         raise _fail("invalid_type", "'seed' must be a non-negative integer") from None
 
 
+def _sft_schedule(value):
+    if value not in HOP_SCHEDULES:
+        raise _fail("invalid_value", f"unsupported hop_schedule {value!r}; choose one of "
+                    + ", ".join(HOP_SCHEDULES))
+    return value
+
+
 class SftForm(BaseModel):
     """The fields of ``/inference_sft`` (query string, form, multipart or JSON, merged; the
     official client's names). A negative seed is left to the engine's validation."""
@@ -223,11 +239,13 @@ class SftForm(BaseModel):
     spk_id: Annotated[str, BeforeValidator(str)] | None = None
     speed: Annotated[float, BeforeValidator(_sft_speed)] = 1.0
     seed: Annotated[int | None, BeforeValidator(_sft_seed)] = None
+    hop_schedule: Annotated[str, BeforeValidator(_sft_schedule)] = "latency"
 
     def params(self, default_voice: str) -> SpeechParams:
         voice = default_voice if self.spk_id is None else self.spk_id
         return SpeechParams(self.tts_text, voice, "raw", self.speed, self.seed, "audio",
-                            text_param="tts_text", voice_param="spk_id")
+                            text_param="tts_text", voice_param="spk_id",
+                            hop_schedule=self.hop_schedule)
 
 
 def parse_sft_request(fields: dict, default_voice: str) -> SpeechParams:

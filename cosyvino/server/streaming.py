@@ -1,23 +1,53 @@
 """The streaming response of a synthesis: waits for a slot in the pool, runs the request on the
-engine's scheduler and sends each segment as it is ready (raw bytes or OpenAI server-sent
-events), and the response of a cache hit."""
+engine's scheduler and sends each audio chunk as it is ready (raw bytes or OpenAI server-sent
+events), and the response of a cache hit.
+
+A stream that must end after its headers went out (timeout, synthesis failure, shutdown) is
+*cut* so that the client can tell (docs/server.md, "Streams that are cut"): SSE gets an
+``error`` event; every other format's chunked body is aborted without its terminating
+zero-length chunk, which HTTP/1.1 clients report as an error (curl exit 18, httpx
+``RemoteProtocolError``, requests ``ChunkedEncodingError``). Each cut is logged with the
+request's context and counted in ``cosyvino_streams_cut_total{endpoint,reason}``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
+import logging
 import threading
 import time
 
 from fastapi.responses import Response
+from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
 
 from ..request import SynthesisRequest
-from .encoding import CONTENT_TYPES, make_encoder, smooth_join
+from .encoding import CONTENT_TYPES, chunk_position, make_encoder, smooth_join
 from .errors import APIError, busy_error, not_ready_error, synthesis_error, timeout_error
 from .pool import Busy, NotReady
 from .schemas import SpeechParams
+
+log = logging.getLogger("cosyvino.server")
+
+#: why a stream was cut after its headers went out (``reason`` label of the cut counter)
+CUT_REASONS = ("timeout", "error", "shutdown", "cancelled")
+#: ASGI scope key set to the cut reason, for middleware that labels responses
+SCOPE_CUT_KEY = "cosyvino.cut"
+
+
+def streams_cut(metrics):
+    """The ``cosyvino_streams_cut_total{endpoint, reason}`` counter of ``metrics`` (its own
+    registry): ``metrics.streams_cut`` when :class:`~.metrics.Metrics` defines it, otherwise
+    created there on first use."""
+    counter = getattr(metrics, "streams_cut", None)
+    if counter is None:
+        counter = Counter("cosyvino_streams_cut", "Responses cut after their headers went out "
+                          "(SSE error event or aborted chunked body)", ["endpoint", "reason"],
+                          registry=metrics.registry)
+        metrics.streams_cut = counter
+    return counter
 
 
 def media_type(fmt: str, sse: bool, encoder=None) -> str:
@@ -58,10 +88,12 @@ class SynthesisResponse(Response):
     """Runs one synthesis on the pool and streams it; owns the whole request lifetime.
 
     Waits for a slot (queue), submits the request to the scheduler, waits for the first
-    segment before sending headers (so a failure there is still a proper error status), then
-    sends each segment as it is ready. A disconnect or the timeout sets the request's cancel
-    event; the scheduler stops it before its next step and the pool frees the slot when the
-    worker reports it stopped.
+    audio chunk before sending headers (so a failure there is still a proper error status),
+    then encodes and sends each chunk as it is ready (joins faded by
+    :func:`~.encoding.smooth_join`, positions from :func:`~.encoding.chunk_position`). A
+    disconnect or the timeout sets the request's cancel event; the scheduler stops it before
+    its next step and the pool frees the slot when the worker reports it stopped. A failure
+    after the headers cuts the stream (module docstring).
 
     Args:
         app_state: the app's :class:`~cosyvino.server.routes.AppState` (pool, metrics, config,
@@ -83,8 +115,10 @@ class SynthesisResponse(Response):
         self.key = key
         self.started = started
         self.cancel = threading.Event()  # disconnect / timeout / shutdown: stops the request
+        self._scope: dict | None = None
 
     async def __call__(self, scope, receive, send):
+        self._scope = scope
         cancel = self.cancel
         gone = asyncio.Event()
 
@@ -137,70 +171,136 @@ class SynthesisResponse(Response):
         await self._stream(send, job, deadline, gone)
 
     async def _stream(self, send, job, deadline, gone):
+        encoder = make_encoder(self.fmt, self.s.sample_rate)
+        progress = _Progress(job.total)
+        try:
+            await self._pump(send, job, deadline, gone, encoder, progress)
+        finally:
+            encoder.close()  # a cut stream's encoder (no-op once finished)
+
+    async def _start(self, send, media: str) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", media.encode()),
+                                (b"cache-control", b"no-store"),
+                                (b"x-cosyvino-cache", b"miss" if self.key else b"off")]})
+
+    async def _pump(self, send, job, deadline, gone, encoder, progress: "_Progress"):
         s = self.s
         metrics = s.metrics
-        encoder = make_encoder(self.fmt, s.sample_rate)
         media = media_type(self.fmt, self.sse, encoder)
-        total, index, started = job.total, 0, False
+        total = job.total
         body = bytearray() if self.key else None
-        audio_seconds = wall = 0.0
-        n_tokens = 0
         while True:
             kind, value = await job.next(deadline - time.perf_counter(), gone)
             if kind == "segment":
                 audio = value
-                audio_seconds += audio.duration
-                wall += audio.stats.get("wall_seconds", 0.0)
-                n_tokens += int(audio.speech_tokens.size)
-                samples = smooth_join(audio.samples, index, total, audio.sample_rate)
-                index += 1
-                chunk = encoder.feed(samples, last=index >= total)
-                if not started:
-                    await send({"type": "http.response.start", "status": 200,
-                                "headers": [(b"content-type", media.encode()),
-                                            (b"cache-control", b"no-store"),
-                                            (b"x-cosyvino-cache", b"miss" if self.key
-                                             else b"off")]})
-                    started = True
-                if chunk:
-                    if body is not None:
-                        body += chunk
-                    await send({"type": "http.response.body", "body": self._frame(chunk),
-                                "more_body": True})
-                continue
+                seg, index, last_in_segment = chunk_position(audio.stats, progress.segments)
+                samples = smooth_join(audio.samples, seg, total, audio.sample_rate,
+                                      first=index == 0, last=last_in_segment)
+                last = last_in_segment and seg >= total - 1
+                try:  # off the loop: mp3/opus/aac/flac encoding, soxr resampling
+                    chunk = await run_in_threadpool(encoder.feed, samples, last)
+                except Exception as e:  # noqa: BLE001 - an encoder failure ends the stream
+                    log.exception("encoding %s failed", self.fmt)
+                    kind, value = "error", e
+                else:
+                    progress.add(audio, last_in_segment)
+                    if not progress.started:
+                        await self._start(send, media)
+                        progress.started = True
+                    if chunk:
+                        if body is not None:
+                            body += chunk
+                        await send({"type": "http.response.body", "body": self._frame(chunk),
+                                    "more_body": True})
+                    continue
             if kind == "end":
-                tail = await run_in_threadpool(encoder.finish)  # mp3/flac/opus: off the loop
-                if body is not None:
-                    body += tail
-                if not started:
-                    await send({"type": "http.response.start", "status": 200,
-                                "headers": [(b"content-type", media.encode())]})
-                final = self._frame(tail)
-                if self.sse:
-                    final += sse_done(n_tokens)
-                await send({"type": "http.response.body", "body": final, "more_body": False})
-                metrics.audio_seconds.inc(audio_seconds)
-                if audio_seconds > 0:
-                    metrics.rtf.observe(wall / audio_seconds)
-                if body is not None and s.cache is not None:
-                    await run_in_threadpool(s.cache.put, self.key, bytes(body))
-                return
-            # failure paths: the request is told to stop; its worker frees the slot
-            job.cancel.set()
-            if kind in ("stopped", "cancelled"):
-                metrics.cancelled.labels("disconnect").inc()
-                return
-            if kind == "timeout":
-                metrics.cancelled.labels("timeout").inc()
-                err = timeout_error(s.config.request_timeout)
-            else:
-                err = synthesis_error(value, self.params.text_param, self.params.voice_param)
-            if not started:
-                await self._send_error(send, err)
-            elif self.sse:
-                await send({"type": "http.response.body",
-                            "body": sse_event({"type": "error", "error": err.body()["error"]}),
-                            "more_body": False})
-            # else: headers are out; returning without the final body message makes the
-            # server drop the connection, so the client sees a truncated (failed) transfer
+                try:
+                    tail = await run_in_threadpool(encoder.finish)
+                except Exception as e:  # noqa: BLE001
+                    log.exception("encoding %s failed", self.fmt)
+                    kind, value = "error", e
+                else:
+                    if body is not None:
+                        body += tail
+                    if not progress.started:
+                        await self._start(send, media)
+                        progress.started = True
+                    final = self._frame(tail)
+                    if self.sse:
+                        final += sse_done(progress.tokens)
+                    await send({"type": "http.response.body", "body": final,
+                                "more_body": False})
+                    metrics.audio_seconds.inc(progress.audio_seconds)
+                    if progress.audio_seconds > 0:
+                        metrics.rtf.observe(progress.wall / progress.audio_seconds)
+                    if body is not None and s.cache is not None:
+                        await run_in_threadpool(s.cache.put, self.key, bytes(body))
+                    return
+            await self._fail(send, job, kind, value, gone, progress)
             return
+
+    async def _fail(self, send, job, kind: str, value, gone, progress: "_Progress"):
+        """The request ends early: it is told to stop (its worker frees the slot); before the
+        headers a real error status goes out, after them the stream is cut (SSE ``error``
+        event; other formats: the body is aborted without its terminating chunk)."""
+        s, metrics = self.s, self.s.metrics
+        job.cancel.set()
+        if kind == "stopped" or gone.is_set():
+            metrics.cancelled.labels("disconnect").inc()  # nobody is left to tell
+            return
+        if kind == "timeout":
+            metrics.cancelled.labels("timeout").inc()
+            err, reason = timeout_error(s.config.request_timeout), "timeout"
+        elif kind == "cancelled":  # stopped by the server, not by the client
+            reason = "shutdown" if s.pool.draining else "cancelled"
+            err = busy_error(Busy("server is shutting down" if reason == "shutdown"
+                                  else "synthesis was cancelled", retry_after=5,
+                                  reason="draining" if reason == "shutdown" else "queue_full"))
+        else:
+            reason = "error"
+            err = synthesis_error(value, self.params.text_param, self.params.voice_param)
+        if not progress.started:
+            await self._send_error(send, err)
+            return
+        self._record_cut(reason, err, progress)
+        if self.sse:
+            await send({"type": "http.response.body",
+                        "body": sse_event({"type": "error", "error": err.body()["error"]}),
+                        "more_body": False})
+        # else: returning without the final body message makes the server close the
+        # connection without the terminating chunk: the client sees an incomplete body
+
+    def _record_cut(self, reason: str, err, progress: "_Progress") -> None:
+        scope = self._scope
+        endpoint = scope.get("path", "") if scope is not None else ""
+        if scope is not None:
+            scope[SCOPE_CUT_KEY] = reason
+        streams_cut(self.s.metrics).labels(endpoint, reason).inc()
+        self.s.metrics.audio_seconds.inc(progress.audio_seconds)
+        log.warning("stream cut (%s): %s %s, %d characters, %.2f s of audio sent in %d "
+                    "chunk(s), %d/%d segment(s) done, %.1f s after arrival: %s",
+                    reason, endpoint, self.fmt + (" sse" if self.sse else ""),
+                    len(self.params.text), progress.audio_seconds, progress.chunks,
+                    progress.segments, progress.total, time.perf_counter() - self.started,
+                    err.message)
+
+
+class _Progress:
+    """What a response has sent so far (for the log of a cut, metrics and SSE usage)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.started = False      # headers sent
+        self.chunks = 0
+        self.segments = 0         # segments whose last chunk went out
+        self.audio_seconds = 0.0
+        self.wall = 0.0
+        self.tokens = 0
+
+    def add(self, audio, last_in_segment: bool) -> None:
+        self.chunks += 1
+        self.segments += int(last_in_segment)
+        self.audio_seconds += audio.duration
+        self.wall += audio.stats.get("wall_seconds", 0.0)
+        self.tokens += int(audio.speech_tokens.size)

@@ -36,6 +36,8 @@ LLM_LAYOUT = {"pos_bucket": 1}
 #: cost hint, from the side-by-side runs in docs/performance.md ("ONNX Runtime"), rounded down
 RELATIVE_SPEED = 1.4
 
+#: options of :meth:`onnx_runner` (plain ONNX files a checkpoint ships)
+ONNX_RUNNER_OPTIONS = ("num_threads",)
 
 class ONNXRuntimeBackend(Backend):
     """ONNX Runtime (CPU execution provider), from ONNX files made by ``cosyvino convert
@@ -164,6 +166,30 @@ class ONNXRuntimeBackend(Backend):
     def conversion_summary(cls, manifest: dict) -> tuple[str, dict]:
         opset = manifest.get("opset")
         return f"ONNX opset {opset}", {"opset": opset, "onnx": manifest.get("onnx_version")}
+
+    runs_onnx = True
+
+    @classmethod
+    def onnx_runner(cls, path: str, **options):
+        """A runner of the plain ONNX file ``path`` (a model file a checkpoint ships as ONNX,
+        e.g. ``campplus.onnx``): ``run(inputs) -> outputs``, inputs by position; CPU provider,
+        full graph optimization (as the official frontend). Options: ``num_threads``
+        (intra-op threads; None = ORT default).
+
+        Raises:
+            ModelDirError: ``path`` is missing or not a readable ONNX model (names it).
+            BackendError: onnxruntime is not installed, or a bad option.
+        """
+        ok, why = cls.is_available()
+        if not ok:
+            raise BackendError(why)
+        unknown = sorted(set(options) - set(ONNX_RUNNER_OPTIONS))
+        if unknown:
+            raise BackendError(f"{cls.name}: unknown ONNX runner options {unknown}; known: "
+                               f"{list(ONNX_RUNNER_OPTIONS)}")
+        from .onnx_runner import ORTOnnxRunner
+
+        return ORTOnnxRunner(path, **options)
 
     @classmethod
     def load(cls, model_dir: str, **options) -> Stages:

@@ -25,6 +25,9 @@ Backend options (``Synthesizer(..., backend="openvino", **options)`` / ``load``)
                         instead of ``precision`` (e.g. {"hift_decode": "bf16", "hift_f0":
                         "bf16"} with an INT8 dir: f32 where int8 weights are fastest, bf16
                         in the vocoder); such stages skip the blob cache
+    stage_threads       dict stage -> threads: that stage's INFERENCE_NUM_THREADS instead of
+                        ``num_threads`` (how the LLM lane and the flow/vocoder lane share the
+                        cores when they run at the same time)
     release_weight_pages  True (default): after compiling (and after each stage's first call,
                         when the CPU plugin repacks weights) drop the page-cache pages of the
                         mapped IR .bin files from this process's RSS (madvise DONTNEED) — the
@@ -68,6 +71,8 @@ _REFERENCE_TUNE_THREADS = 16
 #: the vocoder IRs moved to bf16 when the plan runs the vocoder in bf16 under an f32 hint
 _VOCODER_STAGES = ("hift_f0", "hift_decode")
 
+#: options of :meth:`onnx_runner` (plain ONNX files a checkpoint ships)
+ONNX_RUNNER_OPTIONS = ("num_threads", "precision", "properties")
 
 class OpenVINOBackend(Backend):
     """OpenVINO runtime on CPU, from IRs made by ``cosyvino convert``."""
@@ -278,6 +283,30 @@ class OpenVINOBackend(Backend):
     def conversion_summary(cls, manifest: dict) -> tuple[str, dict]:
         version = manifest.get("openvino_version", "unknown")
         return f"OpenVINO {version}", {"openvino": version}
+
+    runs_onnx = True
+
+    @classmethod
+    def onnx_runner(cls, path: str, **options):
+        """A runner of the plain ONNX file ``path`` (a model file a checkpoint ships as ONNX,
+        e.g. ``campplus.onnx``): ``run(inputs) -> outputs``, inputs by position; OpenVINO reads
+        ONNX directly. Options: ``num_threads``, ``precision`` ("f32" default, "bf16",
+        "f16", None = device default), ``properties`` (raw OpenVINO properties).
+
+        Raises:
+            ModelDirError: ``path`` is missing or not a readable ONNX model (names it).
+            BackendError: openvino is not installed, a bad option, or compiling failed.
+        """
+        ok, why = cls.is_available()
+        if not ok:
+            raise BackendError(why)
+        unknown = sorted(set(options) - set(ONNX_RUNNER_OPTIONS))
+        if unknown:
+            raise BackendError(f"{cls.name}: unknown ONNX runner options {unknown}; known: "
+                               f"{list(ONNX_RUNNER_OPTIONS)}")
+        from .onnx_runner import OpenVINOOnnxRunner
+
+        return OpenVINOOnnxRunner(path, **options)
 
     @classmethod
     def load(cls, model_dir: str, **options) -> Stages:

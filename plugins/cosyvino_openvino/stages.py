@@ -31,7 +31,7 @@ _KV_PRECISIONS = {"f32", "f16", "bf16", "u8"}
 #: backend options accepted by :class:`OpenVINOStages` (see the package docstring)
 _OPTIONS = {"num_threads", "precision", "kv_cache_precision", "performance_hint", "num_streams",
             "cpu_pinning", "cache_dir", "properties", "release_weight_pages",
-            "release_intermediate_memory", "stage_precision"}
+            "release_intermediate_memory", "stage_precision", "stage_threads"}
 #: properties read back after compiling and reported in ``compile_info``
 _REPORTED = ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "PERFORMANCE_HINT",
              "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING",
@@ -104,6 +104,22 @@ def stage_properties(props: dict, stage_precision: dict | None) -> dict[str, dic
         if prec != "f32":
             per[stage].pop("CACHE_DIR", None)
     return per
+
+
+def stage_threads_properties(per_stage: dict[str, dict], stage_threads: dict | None
+                             ) -> dict[str, dict]:
+    """``per_stage`` with ``stage_threads`` (stage -> threads >= 1) as those stages'
+    INFERENCE_NUM_THREADS: how the planner splits the cores between the LLM lane and the
+    flow/vocoder lane when they run at the same time (docs/performance.md, "Token-level
+    streaming"). Raises BackendError for an unknown stage or a bad count."""
+    for stage, n in (stage_threads or {}).items():
+        if stage not in per_stage:
+            raise BackendError(f"stage_threads: unknown stage {stage!r}; known: "
+                               f"{', '.join(per_stage)}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise BackendError(f"stage_threads[{stage!r}] must be an integer >= 1, got {n!r}")
+        per_stage[stage]["INFERENCE_NUM_THREADS"] = n
+    return per_stage
 
 
 class _PageReleaser:
@@ -230,8 +246,10 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
         release = bool(options.pop("release_weight_pages", True))
         release_intermediates = bool(options.pop("release_intermediate_memory", True))
         stage_precision = options.pop("stage_precision", None)
+        stage_threads = options.pop("stage_threads", None)
         props, llm_props = compile_properties(**options)
-        per_stage = stage_properties(props, stage_precision)
+        per_stage = stage_threads_properties(stage_properties(props, stage_precision),
+                                             stage_threads)
         self.core = ov.Core()
         self.compile_info: dict[str, dict] = {}
         self.load_rewrites: dict[str, dict[str, int]] = {}

@@ -80,7 +80,7 @@ class ToyProgram(Program):
         self.tokens: list[int] = []
         self.frames = None
 
-    def step(self) -> list[Audio]:
+    def step(self, lane=None) -> list[Audio]:
         if self.phase is Phase.PREFILL:
             self._prefill()
         elif self.phase is Phase.DECODE:

@@ -23,6 +23,7 @@ class CosyVoice1(ModelFamily):
     name = "cosyvoice1"
     description = "CosyVoice v1 (CosyVoice-300M / -SFT / -Instruct)"
     config_files = ("cosyvoice.yaml",)
+    lanes = ("llm", "audio")  # the LLM and the flow/vocoder hops (program.py)
 
     @classmethod
     def detect(cls, model_dir: str) -> bool:
@@ -105,6 +106,32 @@ class CosyVoice1(ModelFamily):
         from .pipeline import Pipeline
 
         return Pipeline(stages)
+
+    @classmethod
+    def modes_for(cls, model_dir, stages) -> dict:
+        from .modes import modes_for
+
+        return modes_for(model_dir, stages.speakers)
+
+    @classmethod
+    def mode_unavailable_reason(cls, model_dir, stages, name: str) -> str | None:
+        from .modes import unavailable_reason
+
+        return unavailable_reason(model_dir, stages.speakers, name)
+
+    @classmethod
+    def prompt_encoder(cls, model_dir, stages, *, backend: str | None = None, **options):
+        """A :class:`.prompt_models.PromptEncoder` over ``model_dir``'s prompt models (None
+        without a model dir); ``backend`` None: OpenVINO when installed, else another backend
+        that runs ONNX files."""
+        if model_dir is None:
+            return None
+        from .prompt_models import PromptEncoder
+
+        cfg = stages.config
+        return PromptEncoder(model_dir, backend, embedding_dim=cfg.flow.spk_embed_dim,
+                             speech_vocab=cfg.flow.vocab_size, mel_bins=cfg.flow.output_size,
+                             **options)
 
     @classmethod
     def new_program(cls, stages, request, draws, frontend):

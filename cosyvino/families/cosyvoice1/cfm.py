@@ -31,7 +31,8 @@ def cosine_time_grid(n_timesteps: int) -> np.ndarray:
 
 def solve_euler_cfg(estimator: Estimator, noise: np.ndarray, mask: np.ndarray, mu: np.ndarray,
                     spks: np.ndarray, cond: np.ndarray, *, n_timesteps: int = 10,
-                    cfg_rate: float = 0.7) -> np.ndarray:
+                    cfg_rate: float = 0.7,
+                    before_step: Callable[[], None] | None = None) -> np.ndarray:
     """Integrate the CFM ODE from noise (t=0) to a mel (t=1) with Euler steps and CFG.
 
     Args:
@@ -45,6 +46,8 @@ def solve_euler_cfg(estimator: Estimator, noise: np.ndarray, mask: np.ndarray, m
         cond: prompt mel in the first frames and zeros elsewhere, float32 [1, 80, T].
         n_timesteps: Euler steps (10 for CosyVoice v1).
         cfg_rate: guidance rate; velocity = (1 + rate) * cond - rate * uncond (0.7 for v1).
+        before_step: called before every estimator call; raising there (e.g.
+            :class:`cosyvino.errors.SynthesisCancelled`) stops the solve within one call.
 
     Returns:
         mel, float32 [1, 80, T] (natural-log magnitude).
@@ -61,6 +64,8 @@ def solve_euler_cfg(estimator: Estimator, noise: np.ndarray, mask: np.ndarray, m
     a = np.float32(1.0 + cfg_rate)
     b = np.float32(cfg_rate)
     for step in range(1, n_timesteps + 1):
+        if before_step is not None:
+            before_step()
         x2 = np.concatenate([x, x], axis=0)
         t2 = np.full((2,), t, dtype=np.float32)
         v = estimator(x2, mask2, mu2, t2, spks2, cond2)

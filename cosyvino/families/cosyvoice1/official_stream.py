@@ -2,8 +2,8 @@
 
 Upstream: ``CosyVoiceModel.tts(stream=True)`` / ``token2wav`` (``cosyvoice/cli/model.py``),
 ``ConditionalCFM.forward`` (flow cache) and ``HiFTGenerator.inference`` (cache source); the
-architecture sheet, section 7. Not wired into the engine yet: this module is the algorithm and
-its golden parity (tests/test_official_stream.py).
+architecture sheet, section 7. The engine runs it through the ``official`` and ``latency``
+hop schedules (:mod:`.streaming`); golden parity in tests/test_official_stream.py.
 
 Per utterance:
 
@@ -26,13 +26,14 @@ Per utterance:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from cosyvino.errors import InputError
 from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
 from cosyvino.families.cosyvoice1.nsf import draw_source_noise
-from cosyvino.families.cosyvoice1.pipeline import Pipeline
+from cosyvino.families.cosyvoice1.pipeline import Pipeline, linear_resize_time
 from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages
 
 
@@ -97,10 +98,12 @@ class OfficialTokenHopStream:
     def __init__(self, stages: CosyVoice1Stages, embedding: np.ndarray, *,
                  prompt_token: np.ndarray | None = None,
                  prompt_feat: np.ndarray | None = None,
-                 constants: StreamConstants = StreamConstants()):
+                 constants: StreamConstants = StreamConstants(), speed: float = 1.0,
+                 pipeline: Pipeline | None = None):
         self.stages = stages
+        self.speed = float(speed)
         self.config = stages.config
-        self.pipeline = Pipeline(stages)
+        self.pipeline = pipeline or Pipeline(stages)
         self.constants = constants
         n_mels = self.config.flow.output_size
         self.embedding = np.asarray(embedding, np.float32).reshape(1, -1)
@@ -117,6 +120,7 @@ class OfficialTokenHopStream:
         self.mel_overlap = np.zeros((1, n_mels, 0), np.float32)
         self.hift_cache: dict[str, np.ndarray] | None = None
         self.finished = False
+        self._pending = None  # (mel, cache source, finalize) between flow_hop and vocoder_hop
 
     # ---- flow ------------------------------------------------------------------------------
     def flow_frames(self, n_tokens: int) -> int:
@@ -128,7 +132,8 @@ class OfficialTokenHopStream:
                                      sample_rate=self.config.sample_rate,
                                      hop=self.config.hift.hop_length)
 
-    def _flow(self, tokens: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    def _flow(self, tokens: np.ndarray, noise: np.ndarray,
+              before_step: Callable[[], None] | None = None) -> np.ndarray:
         inputs = self.pipeline.flow_inputs(tokens, self.embedding,
                                            prompt_token=self.prompt_token,
                                            prompt_feat=self.prompt_feat)
@@ -145,7 +150,7 @@ class OfficialTokenHopStream:
         tail = self.constants.mel_overlap_len
         self.flow_cache = (np.concatenate([z[..., :m1], z[..., m - tail:]], axis=-1),
                            np.concatenate([mu[..., :m1], mu[..., m - tail:]], axis=-1))
-        return self.pipeline.solve_flow(z, inputs)
+        return self.pipeline.solve_flow(z, inputs, before_step=before_step)
 
     # ---- vocoder ---------------------------------------------------------------------------
     def _hift(self, mel: np.ndarray, source: np.ndarray | None, cache_source: np.ndarray,
@@ -177,19 +182,20 @@ class OfficialTokenHopStream:
             n += self.hift_cache["mel"].shape[-1]
         return n if finalize else n - self.constants.mel_overlap_len
 
-    # ---- one hop ---------------------------------------------------------------------------
-    def hop(self, tokens: np.ndarray, finalize: bool, noise: np.ndarray | None = None,
-            source: np.ndarray | None = None, rng: np.random.Generator | None = None
-            ) -> np.ndarray:
-        """Upstream ``token2wav`` for one chunk: ``tokens`` int [N] (this chunk's window, overlap
-        included) -> the float32 waveform [n] this chunk emits.
-
-        ``noise`` float32 [1, 80, M1 + M2] (:meth:`flow_frames`) and ``source`` float32
-        [1, 1, 256 * T] (T = :meth:`vocoder_frames`) are the random draws BEFORE the cache
-        overwrites their first frames/samples; either may be None to draw it from ``rng``.
-        """
+    # ---- one hop ----------------------------------------------------------------------------
+    def flow_hop(self, tokens: np.ndarray, finalize: bool, noise: np.ndarray | None = None,
+                 rng: np.random.Generator | None = None,
+                 before_step: Callable[[], None] | None = None) -> np.ndarray:
+        """The flow half of a hop: ``tokens`` int [N] (this chunk's window, overlap included)
+        -> the mel float32 [1, 80, T] the vocoder gets next (cached frames included; T =
+        :meth:`vocoder_frames` at speed 1). ``noise`` float32 [1, 80, M1 + M2]
+        (:meth:`flow_frames`) is the draw BEFORE the flow cache overwrites its first frames;
+        None draws it from ``rng``. ``before_step`` runs before every estimator call (it may
+        raise to cancel). Call :meth:`vocoder_hop` next."""
         if self.finished:
             raise InputError("the stream has already been finalized")
+        if self._pending is not None:
+            raise InputError("flow_hop called twice without vocoder_hop")
         c = self.constants
         tokens = np.asarray(tokens, np.int64).reshape(-1)
         if tokens.size == 0:
@@ -199,17 +205,34 @@ class OfficialTokenHopStream:
                 raise InputError("hop needs rng or noise")
             noise = rng.standard_normal((1, self.config.flow.output_size,
                                          self.flow_frames(tokens.size)), dtype=np.float32)
-        mel = self._flow(tokens, noise)
+        mel = self._flow(tokens, noise, before_step)
         if self.mel_overlap.shape[-1]:
             mel = fade_in_out(mel, self.mel_overlap, self.mel_window)
+        if not finalize:
+            self.mel_overlap = np.ascontiguousarray(mel[..., -c.mel_overlap_len:])
+            mel = mel[..., :-c.mel_overlap_len]
+        if self.speed != 1.0:  # tempo change of the new frames (upstream: whole-mel resize)
+            mel = linear_resize_time(mel, max(1, int(round(mel.shape[-1] / self.speed))))
         if self.hift_cache is not None:
             mel = np.concatenate([self.hift_cache["mel"], mel], axis=-1)
             cache_source = self.hift_cache["source"]
         else:
             cache_source = np.zeros((1, 1, 0), np.float32)
-        if not finalize:
-            self.mel_overlap = np.ascontiguousarray(mel[..., -c.mel_overlap_len:])
-            mel = mel[..., :-c.mel_overlap_len]
+        mel = np.ascontiguousarray(mel, np.float32)
+        self._pending = (mel, cache_source, finalize)
+        return mel
+
+    def vocoder_hop(self, source: np.ndarray | None = None,
+                    rng: np.random.Generator | None = None) -> np.ndarray:
+        """The vocoder half of a hop: decodes the mel of the last :meth:`flow_hop` and returns
+        the float32 waveform [n] this chunk emits (22050 Hz). ``source`` float32
+        [1, 1, 256 * T] is the NSF source BEFORE the HiFT cache overwrites its first samples;
+        None draws it from ``rng``."""
+        if self._pending is None:
+            raise InputError("vocoder_hop needs a flow_hop first")
+        c = self.constants
+        mel, cache_source, finalize = self._pending
+        self._pending = None
         speech, s = self._hift(mel, source, cache_source, rng)
         if self.hift_cache is not None:
             speech = fade_in_out(speech, self.hift_cache["speech"], self.speech_window)
@@ -221,3 +244,12 @@ class OfficialTokenHopStream:
                            "source": np.ascontiguousarray(s[..., -c.source_cache_len:]),
                            "speech": np.ascontiguousarray(speech[:, -c.source_cache_len:])}
         return np.ascontiguousarray(speech[0, :-c.source_cache_len])
+
+    def hop(self, tokens: np.ndarray, finalize: bool, noise: np.ndarray | None = None,
+            source: np.ndarray | None = None, rng: np.random.Generator | None = None
+            ) -> np.ndarray:
+        """Upstream ``token2wav`` for one chunk (:meth:`flow_hop` then :meth:`vocoder_hop`):
+        ``tokens`` int [N] -> the float32 waveform [n] this chunk emits. ``noise`` and
+        ``source`` as there; either may be None to draw it from ``rng``."""
+        self.flow_hop(tokens, finalize, noise, rng)
+        return self.vocoder_hop(source, rng)

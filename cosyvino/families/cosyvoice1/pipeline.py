@@ -244,16 +244,19 @@ class Pipeline:
                           cond, m1)
 
     def solve_flow(self, noise: np.ndarray, inputs: FlowInputs,
-                   times: StageTimes | None = None) -> np.ndarray:
+                   times: StageTimes | None = None,
+                   before_step: Callable[[], None] | None = None) -> np.ndarray:
         """CFM Euler + CFG from ``noise`` float32 [1, 80, M] on ``inputs`` -> the generated
-        part of the mel, float32 [1, 80, M - M1]."""
+        part of the mel, float32 [1, 80, M - M1]. ``before_step`` runs before every estimator
+        call (raise there to stop)."""
         times = times or StageTimes()
         fcfg = self.config.flow
         mask = np.ones((1, 1, inputs.mu.shape[-1]), dtype=np.float32)
         with times.measure("flow_estimator"):
             mel = solve_euler_cfg(self.stages.estimate, noise, mask, inputs.mu, inputs.spks,
                                   inputs.cond, n_timesteps=fcfg.cfm.n_timesteps,
-                                  cfg_rate=fcfg.cfm.inference_cfg_rate)
+                                  cfg_rate=fcfg.cfm.inference_cfg_rate,
+                                  before_step=before_step)
         return np.ascontiguousarray(mel[:, :, inputs.prompt_frames:])
 
     def tokens_to_mel(self, tokens: np.ndarray, embedding: np.ndarray,
@@ -261,7 +264,8 @@ class Pipeline:
                       noise: np.ndarray | None = None,
                       prompt_token: np.ndarray | None = None,
                       prompt_feat: np.ndarray | None = None,
-                      times: StageTimes | None = None) -> np.ndarray:
+                      times: StageTimes | None = None,
+                      before_step: Callable[[], None] | None = None) -> np.ndarray:
         """Speech tokens int [N2] -> mel float32 [1, 80, M2], M2 = int(N2 / 50 * 22050 / 256)
         (:meth:`flow_inputs` then :meth:`solve_flow`).
 
@@ -275,17 +279,19 @@ class Pipeline:
             if rng is None:
                 raise InputError("tokens_to_mel needs rng or noise")
             noise = rng.standard_normal(inputs.mu.shape, dtype=np.float32)
-        return self.solve_flow(noise, inputs, times)
+        return self.solve_flow(noise, inputs, times, before_step)
 
     # ---- vocoder ---------------------------------------------------------------------------
     def mel_to_wav(self, mel: np.ndarray, rng: np.random.Generator | None = None, *,
                    source: np.ndarray | None = None,
-                   times: StageTimes | None = None) -> np.ndarray:
+                   times: StageTimes | None = None,
+                   before_window: Callable[[], None] | None = None) -> np.ndarray:
         """mel float32 [1, 80, T] -> waveform float32 [hop * T] at the model rate (22050 Hz).
 
         ``source`` float32 [1, 1, hop*T] replaces the NSF source drawn from ``rng``. f0 and the
         NSF source (a running phase) are computed over the whole segment; the decode runs in
-        windows of :func:`vocoder_chunks` (same samples as one whole decode, bounded memory).
+        windows of :func:`vocoder_chunks` (same samples as one whole decode, bounded memory);
+        ``before_window`` runs before each window's decode (raise there to stop).
         """
         times = times or StageTimes()
         h = self.config.hift
@@ -298,10 +304,12 @@ class Pipeline:
                 phase, noise = draw_source_noise(rng, mel.shape[-1], h.nb_harmonics,
                                                  h.hop_length)
                 source = self.stages.vocoder_source(f0, phase, noise)
-            wav = self._decode(mel, np.asarray(source, np.float32).reshape(1, 1, -1))
+            wav = self._decode(mel, np.asarray(source, np.float32).reshape(1, 1, -1),
+                               before_window)
         return wav
 
-    def _decode(self, mel: np.ndarray, source: np.ndarray) -> np.ndarray:
+    def _decode(self, mel: np.ndarray, source: np.ndarray,
+                before_window: Callable[[], None] | None = None) -> np.ndarray:
         hop = self.config.hift.hop_length
         n = mel.shape[-1]
         if source.shape[-1] != hop * n:
@@ -309,6 +317,8 @@ class Pipeline:
                              f"{hop * n} (hop {hop} x {n} mel frames)")
         pieces = []
         for lo, a, b, hi in vocoder_chunks(n, self.vocoder_chunk_frames):
+            if before_window is not None:
+                before_window()
             wav = self.stages.vocoder_decode(np.ascontiguousarray(mel[..., lo:hi]),
                                              np.ascontiguousarray(source[..., hop * lo:hop * hi]))
             wav = np.asarray(wav, dtype=np.float32).reshape(-1)

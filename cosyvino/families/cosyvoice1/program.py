@@ -1,14 +1,27 @@
 """One CosyVoice v1 request as a state machine the engine steps. Must not import torch.
 
-Per text segment: PREFILL (the mode's LLM prefix through the LLM), DECODE (one RAS-sampled
-speech token per step, upstream ``TransformerLM.inference`` bounds), FLOW (the segment's tokens
--> mel, CFM Euler with CFG), VOCODER (f0, NSF source, windowed HiFT decode; emits the segment's
-chunk). Every random number comes from :class:`cosyvino.engine.draws.RandomDraws` by segment and
-position, so the audio of a seed does not depend on how the steps are scheduled.
+Two lanes, which the scheduler may step at the same time (one step per lane at a time):
+
+* ``llm``: per text segment, PREFILL (the mode's LLM prefix through the LLM), then DECODE (one
+  RAS-sampled speech token per step, upstream ``TransformerLM.inference`` bounds). After each
+  token the segment's hop policy (:mod:`.streaming`) says which flow/vocoder hops are due; they
+  are queued for the other lane. When a segment's decoding ends, the lane goes on with the next
+  segment at once.
+* ``audio``: per queued hop, FLOW (the hop's tokens -> mel, CFM Euler with CFG) then VOCODER
+  (f0, NSF source, HiFT decode), which emits the hop's chunk. The ``segment`` schedule runs the
+  whole-segment computation (windowed vocoder); the token-hop schedules run the official
+  streaming algorithm (:class:`.official_stream.OfficialTokenHopStream`: flow cache, mel
+  cross-fade, HiFT cache).
+
+Every random number comes from :class:`cosyvino.engine.draws.RandomDraws` by segment and
+position (token index, mel frame, output sample), so the audio of a seed does not depend on how
+the steps of the two lanes (or of other requests) are interleaved.
 """
 
 from __future__ import annotations
 
+import collections
+import threading
 import time
 
 import numpy as np
@@ -20,17 +33,25 @@ from cosyvino.timing import StageTimes, audio_stats
 
 from . import modes as v1_modes
 from .length_regulation import mel_frames_for_tokens
+from .official_stream import OfficialTokenHopStream
 from .pipeline import Pipeline, linear_resize_time
-from .streaming import policy
+from .streaming import Hop, policy
+
+LLM, AUDIO = "llm", "audio"
 
 
 class CosyVoice1Program(Program):
     """A validated request (:class:`cosyvino.request.SynthesisRequest`) on loaded
     :class:`~.stages.CosyVoice1Stages`.
 
+    Chunks are :class:`Audio` with ``stats`` keys ``segment`` / ``chunk`` (0-based),
+    ``is_last_in_segment``, ``speech_tokens`` (this chunk's new tokens), stage times and RTF.
+
     Raises (at construction): EmptyTextError when the text has nothing speakable (unless the
     request vocodes given ``speech_tokens``).
     """
+
+    lanes = (LLM, AUDIO)
 
     def __init__(self, stages, request, draws, frontend, pipeline: Pipeline | None = None):
         self.stages = stages
@@ -38,7 +59,7 @@ class CosyVoice1Program(Program):
         self.draws = draws
         self.pipeline = pipeline or Pipeline(stages)
         self.config = stages.config
-        self.hops = policy(request.streaming.hop_schedule)
+        self.schedule = request.streaming.hop_schedule
         if request.speech_tokens is not None:
             self.segments = [None]  # token-to-wav: one segment, no LLM
         else:
@@ -46,111 +67,223 @@ class CosyVoice1Program(Program):
         self.total_segments = len(self.segments)
         self.prefix = v1_modes.llm_prefix(request, frontend.tokenize)
         self.cond = v1_modes.flow_conditioning(request)
-        self.index = 0
+        self._lock = threading.Lock()  # the hop queue and the LLM times the lanes share
+        self._queue: collections.deque = collections.deque()  # (segment, Hop, tokens, times)
         self._session = None
-        self._begin_segment()
-
-    # ---- per segment ------------------------------------------------------------------------
-    def _begin_segment(self) -> None:
-        self.times = StageTimes()
-        self.started = time.perf_counter()
-        self.tokens: list[int] = []
-        self.mel = None
-        if self.segments[self.index] is None:
-            self.tokens = [int(t) for t in self.request.speech_tokens]
-            self.phase = Phase.FLOW
+        # llm lane
+        self.llm_segment = 0
+        self.llm_phase = Phase.PREFILL
+        self._llm_times = StageTimes()
+        self._segment_started = time.perf_counter()
+        # audio lane
+        self.audio_phase = Phase.FLOW  # FLOW: waits for / runs a queued hop; DONE at the end
+        self._hop = None  # (segment, Hop, tokens, llm times) between FLOW and VOCODER
+        self._streams: dict[int, OfficialTokenHopStream] = {}
+        self._chunk_index = 0
+        self._vocoder_frame = 0  # first mel frame of the next token-hop vocoder call
+        if self.segments[0] is None:
+            tokens = [int(t) for t in request.speech_tokens]
+            self.tokens = tokens
+            self.llm_phase = Phase.DONE
+            self._queue_hops(0, policy(self.schedule).due(len(tokens), finished=True), tokens)
         else:
-            self.phase = Phase.PREFILL
+            self._begin_llm_segment()
 
-    def step(self) -> list[Audio]:
-        if self.phase is Phase.PREFILL:
+    # ---- the engine's view ------------------------------------------------------------------
+    @property
+    def phase(self) -> Phase:
+        if self.llm_phase is Phase.DONE and self.audio_phase is Phase.DONE:
+            return Phase.DONE
+        if self._hop is not None:
+            return Phase.VOCODER
+        if self._queue:
+            return Phase.FLOW
+        return self.llm_phase if self.llm_phase is not Phase.DONE else Phase.FLOW
+
+    def ready_lanes(self) -> tuple[str, ...]:
+        """Lanes with a step to run now: ``audio`` first (a due hop shortens the time to the
+        next chunk), then ``llm``."""
+        out = []
+        if self.audio_phase is not Phase.DONE and (self._hop is not None or self._queue):
+            out.append(AUDIO)
+        if self.llm_phase is not Phase.DONE:
+            out.append(LLM)
+        return tuple(out)
+
+    def step(self, lane: str | None = None) -> list[Audio]:
+        """One step of ``lane`` (None: the first ready lane)."""
+        if lane is None:
+            ready = self.ready_lanes()
+            if not ready:
+                raise RuntimeError("no lane of this request can run (program stalled)")
+            lane = ready[0]
+        if lane == AUDIO:
+            return self._audio_step()
+        if lane == LLM:
+            self._llm_step()
+            return []
+        raise ValueError(f"unknown lane {lane!r}")
+
+    # ---- llm lane ---------------------------------------------------------------------------
+    def _begin_llm_segment(self) -> None:
+        self.tokens: list[int] = []
+        self.hops = policy(self.schedule)
+        self.llm_phase = Phase.PREFILL
+
+    def _llm_step(self) -> None:
+        if self.llm_phase is Phase.PREFILL:
             self._prefill()
-        elif self.phase is Phase.DECODE:
+        elif self.llm_phase is Phase.DECODE:
             self._decode_step()
-        elif self.phase is Phase.FLOW:
-            self._flow()
-        elif self.phase is Phase.VOCODER:
-            return [self._vocoder()]
-        return []
 
     def _prefill(self) -> None:
-        seg = self.segments[self.index]
+        seg = self.segments[self.llm_segment]
         text = np.asarray(seg.token_ids, dtype=np.int64)[None, :]
         if text.size == 0:
             raise InputError("no text tokens to synthesize")
+        times = StageTimes()
         self.min_len, self.max_len = self.pipeline.decoding_bounds(
             text.size, self.request.num_speech_tokens)
         lm_input = self.pipeline.build_lm_input(text, self.prefix.embedding,
                                                 self.prefix.prompt_text_token,
-                                                self.prefix.prompt_speech_token, self.times)
+                                                self.prefix.prompt_speech_token, times)
         self._session = self.stages.new_llm_session()
         self._session.reset()
-        with self.times.measure("llm_prefill"):
+        with times.measure("llm_prefill"):
             self.logp = self._session.forward(lm_input)
-        self.phase = Phase.DECODE
+        self._add_llm_times(times)
+        self.llm_phase = Phase.DECODE
 
     def _decode_step(self) -> None:
-        with self.times.measure("llm_sampling"):
+        times = StageTimes()
+        with times.measure("llm_sampling"):
             token = self.pipeline.sample_token(
-                self.logp, self.tokens, self.draws.sampling(self.index, len(self.tokens)),
+                self.logp, self.tokens, self.draws.sampling(self.llm_segment, len(self.tokens)),
                 self.min_len)
         if token == self.config.llm.eos_token:
+            self._add_llm_times(times)
             self._end_decoding()
             return
         self.tokens.append(token)
         if len(self.tokens) >= self.max_len:
+            self._add_llm_times(times)
             self._end_decoding()
             return
         emb = self.stages.embed_speech_tokens(np.array([[token]], dtype=np.int64))
-        with self.times.measure("llm_decode"):
+        with times.measure("llm_decode"):
             self.logp = self._session.forward(emb)
+        self._add_llm_times(times)
+        self._queue_hops(self.llm_segment, self.hops.due(len(self.tokens), finished=False),
+                         self.tokens)
 
     def _end_decoding(self) -> None:
         self._close_session()
-        if self.hops.hop_due(len(self.tokens), finished=True):
-            self.phase = Phase.FLOW
+        self._queue_hops(self.llm_segment, self.hops.due(len(self.tokens), finished=True),
+                         self.tokens)
+        self.llm_segment += 1
+        if self.llm_segment < self.total_segments:
+            self._begin_llm_segment()
+        else:
+            self.llm_phase = Phase.DONE
 
-    def _flow(self) -> None:
+    def _add_llm_times(self, times: StageTimes) -> None:
+        with self._lock:
+            self._llm_times.merge(times)
+
+    def _queue_hops(self, segment: int, hops: list[Hop], tokens: list[int]) -> None:
+        if not hops:
+            return
+        with self._lock:
+            for hop in hops:
+                llm_times, self._llm_times = self._llm_times, StageTimes()
+                self._queue.append((segment, hop, np.asarray(tokens[hop.start:hop.stop],
+                                                             dtype=np.int64), llm_times))
+
+    # ---- audio lane -------------------------------------------------------------------------
+    def _audio_step(self) -> list[Audio]:
+        if self._hop is None:
+            with self._lock:
+                if not self._queue:
+                    return []
+                item = self._queue.popleft()
+            self._flow(*item)
+            return []
+        return [self._vocoder()]
+
+    def _flow(self, segment: int, hop: Hop, tokens: np.ndarray, llm_times: StageTimes) -> None:
         cfg = self.config
-        tokens = np.asarray(self.tokens, dtype=np.int64)
         if tokens.size == 0:
             raise InputError("no speech tokens to synthesize")
+        times = StageTimes()
+        times.merge(llm_times)
+        if hop.start == 0:
+            self._chunk_index = 0
+            self._vocoder_frame = 0
         m1 = 0 if self.cond.prompt_feat is None else int(np.shape(self.cond.prompt_feat)[0])
-        m2 = mel_frames_for_tokens(tokens.size, token_rate=cfg.flow.input_frame_rate,
-                                   sample_rate=cfg.sample_rate, hop=cfg.hift.hop_length)
-        noise = self.draws.flow_noise(self.index, cfg.flow.output_size, m1 + m2)
-        mel = self.pipeline.tokens_to_mel(tokens, self.cond.embedding, noise=noise,
-                                          prompt_token=self.cond.prompt_token,
-                                          prompt_feat=self.cond.prompt_feat, times=self.times)
-        if self.request.speed != 1.0:
-            mel = linear_resize_time(mel, max(1, int(mel.shape[-1] / self.request.speed)))
-        self.mel = mel
-        self.phase = Phase.VOCODER
+        frames = lambda n: mel_frames_for_tokens(  # noqa: E731
+            n, token_rate=cfg.flow.input_frame_rate, sample_rate=cfg.sample_rate,
+            hop=cfg.hift.hop_length)
+        # noise positions on the segment's mel time line, so overlapping hops share draws
+        noise = self.draws.flow_noise(segment, cfg.flow.output_size, m1 + frames(tokens.size),
+                                      start=frames(hop.start))
+        if self.schedule == "segment":
+            mel = self.pipeline.tokens_to_mel(tokens, self.cond.embedding, noise=noise,
+                                              prompt_token=self.cond.prompt_token,
+                                              prompt_feat=self.cond.prompt_feat, times=times,
+                                              before_step=self.check_cancelled)
+            if self.request.speed != 1.0:
+                mel = linear_resize_time(mel, max(1, int(mel.shape[-1] / self.request.speed)))
+        else:
+            stream = self._streams.get(segment)
+            if stream is None:
+                stream = OfficialTokenHopStream(
+                    self.stages, self.cond.embedding, prompt_token=self.cond.prompt_token,
+                    prompt_feat=self.cond.prompt_feat,
+                    constants=policy(self.schedule).constants, speed=self.request.speed,
+                    pipeline=self.pipeline)
+                self._streams[segment] = stream
+            with times.measure("flow_estimator"):
+                mel = stream.flow_hop(tokens, hop.finalize, noise=noise,
+                                      before_step=self.check_cancelled)
+        self._hop = (segment, hop, tokens, times, mel)
 
     def _vocoder(self) -> Audio:
         h = self.config.hift
-        mel = self.mel
-        with self.times.measure("vocoder"):
+        segment, hop, tokens, times, mel = self._hop
+        with times.measure("vocoder"):
             f0 = self.stages.vocoder_f0(mel)
-            phase, noise = self.draws.nsf(self.index, h.nb_harmonics + 1,
-                                          h.hop_length * mel.shape[-1])
+            start = self._vocoder_frame * h.hop_length
+            phase, noise = self.draws.nsf(segment, h.nb_harmonics + 1,
+                                          h.hop_length * mel.shape[-1], start=start)
             source = self.stages.vocoder_source(f0, phase, noise)
-            wav = self.pipeline.mel_to_wav(mel, source=source)  # its own timing discarded
-        tokens = np.asarray(self.tokens, dtype=np.int64)
-        audio = Audio(wav, self.config.sample_rate, tokens, {})
-        audio.stats = audio_stats(self.times, audio.duration,
-                                    time.perf_counter() - self.started, int(tokens.size))
-        seg = self.segments[self.index]
-        if seg is not None:
+            if self.schedule == "segment":
+                wav = self.pipeline.mel_to_wav(mel, source=source,
+                                               before_window=self.check_cancelled)
+            else:
+                stream = self._streams[segment]
+                wav = stream.vocoder_hop(source)
+                self._vocoder_frame += mel.shape[-1] - stream.constants.mel_cache_len
+        self._hop = None
+        new = tokens if hop.finalize else tokens[:self._new_tokens(segment, hop)]
+        audio = Audio(wav, self.config.sample_rate, new, {})
+        audio.stats = audio_stats(times, audio.duration,
+                                  time.perf_counter() - self._segment_started, int(new.size))
+        seg = self.segments[segment]
+        if seg is not None and self._chunk_index == 0:
             audio.stats["text"] = seg.text
-        audio.stats["segment"] = self.index
-        audio.stats["seed"] = self.request.seed
-        self.index += 1
-        if self.index < self.total_segments:
-            self._begin_segment()
-        else:
-            self.phase = Phase.DONE
+        audio.stats.update(segment=segment, chunk=self._chunk_index,
+                           is_last_in_segment=hop.finalize, seed=self.request.seed)
+        self._chunk_index += 1
+        self._segment_started = time.perf_counter()
+        if hop.finalize:
+            self._streams.pop(segment, None)
+            if segment + 1 >= self.total_segments:
+                self.audio_phase = Phase.DONE
         return audio
+
+    def _new_tokens(self, segment: int, hop: Hop) -> int:
+        """Tokens a non-final hop adds (its window minus the overlap the next hop repeats)."""
+        return (hop.stop - hop.start) - self._streams[segment].constants.token_overlap_len
 
     # ---- resources --------------------------------------------------------------------------
     def _close_session(self) -> None:

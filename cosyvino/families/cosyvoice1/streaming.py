@@ -1,29 +1,103 @@
 """CosyVoice v1 streaming policy: how a segment's speech tokens are cut into flow/vocoder hops.
 Must not import torch.
 
-Today one hop per text segment (``hop_schedule="segment"``): the flow and the vocoder run once
-on all of a segment's tokens, and each segment is one chunk. The official token hops (overlap,
-flow cache, mel cross-fade, HiFT cache; architecture sheet section 7) plug in here as further
-schedules, and the program asks the policy when a hop is due.
+Schedules (a request's ``streaming.hop_schedule``):
+
+* ``segment``: one hop per text segment: the flow and the vocoder run once on all of a
+  segment's tokens (the official non-streaming computation).
+* ``official``: the official v1 token hops (``CosyVoiceModel`` constants: hop 100 tokens,
+  overlap 20, mel cross-fade 34 frames, HiFT cache 20 frames / 5120 samples; architecture
+  sheet section 7). First audio after 120 speech tokens (2.4 s of speech) are decoded.
+* ``latency``: the same algorithm with a small first hop that doubles (15, 30, 60, 120, 200
+  tokens ...) and shorter overlaps/caches, so the first chunk leaves after 21 speech tokens.
+  Why these numbers, and what the shorter joins cost in mel distance against ``official``:
+  docs/performance.md, "Token-level streaming".
+
+A hop is a window of tokens ``[start, stop)`` of the segment plus ``finalize`` (the last hop of
+the segment). The windows depend only on token counts, never on timing, so a seed gives the same
+audio however the steps are scheduled.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from .official_stream import StreamConstants
+
+#: the official v1 constants (``CosyVoiceModel.__init__``)
+OFFICIAL = StreamConstants()
+#: the latency-first schedule (see the module docstring); mel overlap ~ 1.72 frames per token
+#: (22050 / 256 / 50), HiFT source cache = mel cache x hop 256
+LATENCY = StreamConstants(token_min_hop_len=15, token_max_hop_len=200, token_overlap_len=6,
+                          mel_overlap_len=10, mel_cache_len=8, source_cache_len=8 * 256,
+                          stream_scale_factor=2)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One flow + vocoder hop: tokens ``[start, stop)`` of the segment; ``finalize`` on the
+    segment's last hop (flushes the caches)."""
+
+    start: int
+    stop: int
+    finalize: bool
+
 
 class SegmentHops:
-    """One hop per segment: a hop is due when the segment's decoding has ended."""
+    """One hop per segment, due when the segment's decoding has ended."""
 
     name = "segment"
+    constants = None  # not a token-hop stream
 
-    def hop_due(self, n_tokens: int, finished: bool) -> bool:
-        """True when the tokens so far (``n_tokens``; ``finished``: the LLM has stopped) should
-        go through the flow now."""
-        return finished
+    def __init__(self):
+        self.done = False
+
+    def due(self, n_tokens: int, finished: bool) -> list[Hop]:
+        """The hops that are due once the segment has ``n_tokens`` tokens (``finished``: the LLM
+        stopped); each hop is returned once."""
+        if not finished or self.done:
+            return []
+        self.done = True
+        return [Hop(0, n_tokens, True)]
 
 
-SCHEDULES = {"segment": SegmentHops}
+class TokenHops:
+    """Token hops of ``hop + overlap`` tokens advancing by ``hop`` while that many are pending;
+    the hop grows by ``stream_scale_factor`` after each one (capped at ``token_max_hop_len``);
+    the remainder is the final hop once the LLM has ended (upstream ``CosyVoiceModel.tts``)."""
+
+    def __init__(self, name: str, constants: StreamConstants):
+        self.name = name
+        self.constants = constants
+        self.start = 0
+        self.hop = constants.token_min_hop_len
+        self.done = False
+
+    def due(self, n_tokens: int, finished: bool) -> list[Hop]:
+        """See :meth:`SegmentHops.due`."""
+        c = self.constants
+        out = []
+        while not self.done and n_tokens - self.start >= self.hop + c.token_overlap_len:
+            out.append(Hop(self.start, self.start + self.hop + c.token_overlap_len, False))
+            self.start += self.hop
+            self.hop = min(c.token_max_hop_len, int(self.hop * c.stream_scale_factor))
+        if finished and not self.done:
+            out.append(Hop(self.start, n_tokens, True))
+            self.done = True
+        return out
 
 
-def policy(hop_schedule: str) -> SegmentHops:
-    """The hop policy of a request's ``streaming.hop_schedule``."""
+SCHEDULES = {
+    "segment": SegmentHops,
+    "official": lambda: TokenHops("official", OFFICIAL),
+    "latency": lambda: TokenHops("latency", LATENCY),
+}
+
+
+def policy(hop_schedule: str) -> SegmentHops | TokenHops:
+    """A fresh hop policy (one per text segment) for a request's ``streaming.hop_schedule``.
+
+    Raises:
+        KeyError: unknown schedule (requests are validated against ``SCHEDULES`` first).
+    """
     return SCHEDULES[hop_schedule]()

@@ -8,6 +8,7 @@ plausible length instead of always running to the 20x-text-tokens cap.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import shutil
@@ -18,6 +19,7 @@ from cosyvino.families.cosyvoice1.config import ModelConfig
 from cosyvino.errors import InputError, ModelDirError
 from cosyvino.fileutil import replace_dir
 from cosyvino.families.cosyvoice1.presets import PRESETS
+from cosyvino.families.cosyvoice1.synthetic_prompt_models import write_prompt_models
 from cosyvino.families.cosyvoice1.yaml_writer import render_cosyvoice_yaml
 
 #: the 7 built-in speakers of CosyVoice-300M-SFT (upstream spk2info.pt)
@@ -30,6 +32,12 @@ README = """This directory holds a SYNTHETIC CosyVoice v1 ({preset}) checkpoint 
 speech; it exists for tests and benchmarks (compute cost depends only on shapes).
 For real speech download CosyVoice-300M-SFT (ModelScope iic/CosyVoice-300M-SFT or
 Hugging Face FunAudioLLM/CosyVoice-300M-SFT) and pass its directory with --model-dir.
+"""
+
+
+NO_PROMPT_MODELS = """
+campplus.onnx and speech_tokenizer_v1.onnx (the prompt models of voice cloning) are missing:
+`onnx` was not installed when this dir was made (pip install onnx, then make it again).
 """
 
 
@@ -52,7 +60,10 @@ def _randomize(cfg: ModelConfig, seed: int):
 def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
                hift_weight_norm: str = "parametrizations", overwrite: bool = False,
                progress: Callable[[str], None] | None = None) -> str:
-    """Write a synthetic model directory: cosyvoice.yaml, llm.pt, flow.pt, hift.pt, spk2info.pt.
+    """Write a synthetic model directory: cosyvoice.yaml, llm.pt, flow.pt, hift.pt, spk2info.pt
+    and (when ``onnx`` is installed) the prompt models campplus.onnx and
+    speech_tokenizer_v1.onnx of the same preset
+    (:mod:`cosyvino.families.cosyvoice1.synthetic_prompt_models`).
 
     Args:
         preset: ``"tiny"`` or ``"300m"`` (see :mod:`cosyvino.families.cosyvoice1.presets`).
@@ -101,8 +112,15 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
         spk = {name: {"embedding": torch.randn(1, cfg.llm.spk_embed_dim, generator=gen) * 10}
                for name in SFT_SPEAKERS}
         torch.save(spk, os.path.join(tmp, "spk2info.pt"))
+        readme = README.format(preset=preset)
+        if importlib.util.find_spec("onnx") is not None:
+            say("writing campplus.onnx, speech_tokenizer_v1.onnx")
+            write_prompt_models(tmp, preset, seed=seed)
+        else:  # the SFT model works without them; voice cloning needs them
+            say("onnx not installed: no synthetic campplus.onnx / speech_tokenizer_v1.onnx")
+            readme += NO_PROMPT_MODELS
         with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
-            f.write(README.format(preset=preset))
+            f.write(readme)
         del llm, flow, hift
         replace_dir(tmp, out_dir)
     except OSError as e:

@@ -1,0 +1,370 @@
+"""Prompt audio intake for voice cloning: one recording in any common format -> the 16 kHz and
+22.05 kHz mono waveforms the CosyVoice v1 frontend needs, with typed errors for bad input, and
+the prompt pieces computed from it (speaker embedding, prompt speech tokens, prompt mel).
+
+Reading: soundfile (libsndfile: WAV, FLAC, OGG/Vorbis/Opus, MP3 with libsndfile >= 1.1, AIFF...)
+from a path, bytes or a binary file object; what libsndfile cannot read (AAC/M4A, WebM, ...) is
+decoded with PyAV when it is installed. Channels are averaged to mono (as the official
+``load_wav``, architecture sheet 3.1), then soxr (``HQ``) resamples the source straight to
+16 kHz (CAM++ and the speech tokenizer, sheet 3.4 / 3.5) and to 22.05 kHz (the flow prompt mel,
+sheet 3.6 and known issue 8.5(1); resampling the source, not the 16 kHz copy, keeps the band up
+to the mel's 8 kHz fmax and is what the frontend goldens' 22.05 kHz waveform matches best).
+
+Limits (every violation raises a :class:`PromptAudioError` subclass naming the limit; nothing is
+cut or padded silently):
+
+* :data:`MIN_SECONDS` (1 s): a shorter prompt gives CAM++ under 100 frames and the flow under
+  86 prompt frames; speaker embeddings of sub-second speech are unreliable.
+* :data:`MAX_SECONDS` (30 s): the speech tokenizer's limit (the official frontend asserts
+  ``len / 16000 <= 30``; sheet 3.5). Checked from the header before decoding when the format
+  says its length, else while decoding (decoding stops past the limit).
+* :data:`SILENCE_RMS_DBFS` (-60 dBFS): a prompt whose RMS over the whole recording (mono, full
+  scale 1.0) is below 0.001 is silent (digital zeros, a muted or unplugged microphone);
+  speech recordings sit near -30..-15 dBFS (the two reference prompts: -23 and -19 dBFS).
+* :data:`MIN_SAMPLE_RATE` (8 kHz): lower rates carry no usable speech band (the official code
+  requires >= 16 kHz; 8-16 kHz telephone audio is upsampled here).
+
+Must not import torch.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+from typing import BinaryIO, Union
+
+import numpy as np
+
+from .errors import InputError
+
+#: shortest accepted prompt, seconds (module docstring)
+MIN_SECONDS = 1.0
+#: longest accepted prompt, seconds: the speech tokenizer's limit (sheet 3.5)
+MAX_SECONDS = 30.0
+#: a prompt whose RMS is below this (dB relative to full scale 1.0) is silent
+SILENCE_RMS_DBFS = -60.0
+#: lowest accepted source sample rate, Hz
+MIN_SAMPLE_RATE = 8000
+#: rate of CAM++ and the speech tokenizer (sheet 3.4 / 3.5)
+TOKENIZER_RATE = 16000
+#: rate of the flow prompt mel (sheet 3.6)
+MEL_RATE = 22050
+
+#: shortest accepted voice-conversion source recording, seconds (the source needs no speaker
+#: embedding; 0.2 s = 10 speech tokens)
+SOURCE_MIN_SECONDS = 0.2
+
+#: what the intake reads: a path, the bytes of a file, a binary file object, or decoded samples
+#: as ``(samples, sample_rate)`` (float [N] or [N, channels] in [-1, 1], or int16) or any
+#: object with ``samples`` and ``sample_rate`` attributes (e.g. :class:`cosyvino.audio.Audio`)
+AudioSource = Union[str, os.PathLike, bytes, bytearray, memoryview, BinaryIO, tuple]
+
+
+class PromptAudioError(InputError):
+    """Bad prompt (or source) audio: the base of the errors below. Maps to HTTP 400."""
+
+
+class NotAudioError(PromptAudioError):
+    """The data is not a readable audio file (or the path does not exist)."""
+
+
+class EmptyAudioError(PromptAudioError):
+    """The file holds no samples (0 bytes, or a valid header with no frames)."""
+
+
+class AudioTooShortError(PromptAudioError):
+    """Shorter than the minimum; ``seconds`` and ``limit`` say by how much."""
+
+    def __init__(self, message: str, seconds: float, limit: float):
+        super().__init__(message)
+        self.seconds, self.limit = seconds, limit
+
+
+class AudioTooLongError(PromptAudioError):
+    """Longer than :data:`MAX_SECONDS` (the speech tokenizer's 30 s); ``seconds`` is the
+    length read so far (at least the limit), ``limit`` the limit."""
+
+    def __init__(self, message: str, seconds: float, limit: float):
+        super().__init__(message)
+        self.seconds, self.limit = seconds, limit
+
+
+class SilentAudioError(PromptAudioError):
+    """RMS below :data:`SILENCE_RMS_DBFS`; ``rms_dbfs`` is the measured level."""
+
+    def __init__(self, message: str, rms_dbfs: float):
+        super().__init__(message)
+        self.rms_dbfs = rms_dbfs
+
+
+class InvalidAudioError(PromptAudioError):
+    """Readable but unusable: sample rate below :data:`MIN_SAMPLE_RATE`, NaN or infinite
+    samples."""
+
+
+@dataclass(frozen=True)
+class PromptAudio:
+    """A validated prompt recording.
+
+    Attributes:
+        wav_16k: float32 [N16], mono, 16 kHz, in the file's scale ([-1, 1] for PCM).
+        wav_22k: float32 [N22], mono, 22.05 kHz.
+        sample_rate: the file's sample rate, Hz.
+        channels: the file's channel count (averaged to mono).
+        seconds: duration, seconds (frames / sample_rate of the file).
+    """
+
+    wav_16k: np.ndarray
+    wav_22k: np.ndarray
+    sample_rate: int
+    channels: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PromptFeatures:
+    """The model-side pieces of a prompt bundle, from one recording (architecture sheet 3.8:
+    what zero-shot, cross-lingual and vc feed the LLM and the flow).
+
+    Attributes:
+        embedding: float32 [1, 192], the raw CAM++ x-vector (LLM and flow speaker embedding).
+        speech_tokens: int64 [1, T] prompt speech tokens (50 Hz; T = ceil(N16 / 160 / 2)).
+        mel: float32 [M, 80] flow prompt mel (22.05 kHz, hop 256; M = N22 // 256), time-major.
+    """
+
+    embedding: np.ndarray
+    speech_tokens: np.ndarray
+    mel: np.ndarray
+
+
+def _describe(source) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return f"<{len(source)} bytes>"
+    return getattr(source, "name", None) or "<file object>"
+
+
+def _reopen(source):
+    """A fresh readable object for each decoder try (bytes -> BytesIO; file object rewound)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return io.BytesIO(bytes(source))
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    source.seek(0)
+    return source
+
+
+def _too_long(what: str, seconds: float, max_seconds: float, exact: bool = True):
+    length = f"{seconds:.2f} s" if exact else f"more than {seconds:.2f} s"
+    return AudioTooLongError(
+        f"{what} is {length} long; the limit is {max_seconds:g} s (the speech tokenizer "
+        "takes at most 30 s): trim the recording", seconds, max_seconds)
+
+
+def _read_soundfile(source, what: str, max_seconds: float):
+    import soundfile as sf
+
+    with sf.SoundFile(_reopen(source)) as f:
+        rate, channels, frames = int(f.samplerate), int(f.channels), int(f.frames)
+        if rate > 0 and frames > 0 and frames / rate > max_seconds:
+            raise _too_long(what, frames / rate, max_seconds)
+        data = f.read(dtype="float32", always_2d=True)
+    return data, rate, channels
+
+
+def _read_av(source, what: str, max_seconds: float):
+    import av
+
+    with av.open(_reopen(source), mode="r") as container:
+        streams = [s for s in container.streams if s.type == "audio"]
+        if not streams:
+            raise NotAudioError(f"{what}: {_describe(source)} has no audio stream")
+        stream = streams[0]
+        rate = int(stream.codec_context.sample_rate or stream.rate or 0)
+        resampler = av.AudioResampler(format="fltp")  # float planar; layout and rate kept
+        chunks, total = [], 0
+        for frame in container.decode(stream):
+            for out in resampler.resample(frame):
+                a = out.to_ndarray()  # [channels, n]
+                chunks.append(a)
+                total += a.shape[1]
+            if rate and total / rate > max_seconds + 1.0:
+                raise _too_long(what, total / rate, max_seconds, exact=False)
+        for out in resampler.resample(None):
+            chunks.append(out.to_ndarray())
+    if not chunks:
+        return np.zeros((0, 1), np.float32), rate, 1
+    data = np.concatenate(chunks, axis=1).T.astype(np.float32, copy=False)
+    return data, rate, data.shape[1]
+
+
+def _samples_of(source, what: str):
+    """``(samples [N, C] float32, rate)`` of decoded audio given as ``(samples, rate)`` or an
+    object with ``samples`` / ``sample_rate``; None for anything else."""
+    if isinstance(source, tuple):
+        if len(source) != 2:
+            raise NotAudioError(f"{what}: a tuple must be (samples, sample_rate), got "
+                                f"{len(source)} items")
+        samples, rate = source
+    elif hasattr(source, "samples") and hasattr(source, "sample_rate"):
+        samples, rate = source.samples, source.sample_rate
+    else:
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
+        raise InvalidAudioError(f"{what}: sample rate must be a positive integer (Hz), got "
+                                f"{rate!r}")
+    x = np.asarray(samples)
+    if x.dtype == np.int16:
+        x = x.astype(np.float32) / 32768.0
+    elif not np.issubdtype(x.dtype, np.floating):
+        raise NotAudioError(f"{what}: samples must be float (in [-1, 1]) or int16, got "
+                            f"dtype {x.dtype}")
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2:
+        raise NotAudioError(f"{what}: samples must be [N] or [N, channels], got shape "
+                            f"{list(x.shape)}")
+    return x.astype(np.float32, copy=False), int(rate)
+
+
+def read_audio(source: AudioSource, *, what: str = "prompt audio",
+               max_seconds: float = MAX_SECONDS) -> tuple[np.ndarray, int, int]:
+    """Decode ``source`` (a path, bytes, a binary file object, or decoded samples: see
+    :data:`AudioSource`) -> (float32 [N] mono, sample rate Hz, channel count). Channels are
+    averaged. soundfile first, then PyAV (when installed) for formats libsndfile cannot read.
+
+    Raises:
+        NotAudioError: missing path, an object of another type, or neither decoder can read
+            the data.
+        EmptyAudioError: 0 bytes or 0 frames.
+        AudioTooLongError: longer than ``max_seconds`` (decoding stops there).
+        InvalidAudioError: NaN or infinite samples; a bad sample rate of given samples.
+    """
+    given = _samples_of(source, what)
+    if given is not None:
+        data, rate = given
+        if data.shape[0] == 0:
+            raise EmptyAudioError(f"{what} holds no audio samples")
+        if data.shape[0] / rate > max_seconds:
+            raise _too_long(what, data.shape[0] / rate, max_seconds)
+        return _mono(data, what, "the given samples"), rate, data.shape[1]
+    if not isinstance(source, (str, os.PathLike, bytes, bytearray, memoryview)) and not (
+            hasattr(source, "read") and hasattr(source, "seek")):
+        raise NotAudioError(f"{what} must be a path, bytes, a binary file object or "
+                            f"(samples, sample_rate), got {type(source).__name__}")
+    if isinstance(source, (str, os.PathLike)):
+        if not os.path.isfile(source):
+            raise NotAudioError(f"{what}: file not found: {os.fspath(source)}")
+        if os.path.getsize(source) == 0:
+            raise EmptyAudioError(f"{what}: {os.fspath(source)} is empty (0 bytes)")
+    elif isinstance(source, (bytes, bytearray, memoryview)) and len(source) == 0:
+        raise EmptyAudioError(f"{what} is empty (0 bytes)")
+    errors = []
+    data = None
+    try:
+        data, rate, channels = _read_soundfile(source, what, max_seconds)
+    except PromptAudioError:
+        raise
+    except Exception as e:  # soundfile.LibsndfileError / RuntimeError / TypeError ...
+        errors.append(f"soundfile: {e}")
+    if data is None:
+        try:
+            import av  # noqa: F401
+        except ImportError:
+            errors.append("PyAV is not installed (pip install av) for other formats")
+        else:
+            try:
+                data, rate, channels = _read_av(source, what, max_seconds)
+            except PromptAudioError:
+                raise
+            except Exception as e:  # av.error.InvalidDataError and friends
+                errors.append(f"PyAV: {e}")
+    if data is None:
+        raise NotAudioError(f"{what}: {_describe(source)} is not a readable audio file "
+                            f"(wav, flac, ogg, mp3, ...): {'; '.join(errors)}")
+    if data.shape[0] == 0:
+        raise EmptyAudioError(f"{what}: {_describe(source)} holds no audio samples")
+    return _mono(data, what, _describe(source)), rate, channels
+
+
+def _mono(data: np.ndarray, what: str, described: str) -> np.ndarray:
+    if not np.isfinite(data).all():
+        raise InvalidAudioError(f"{what}: {described} contains NaN or infinite samples")
+    return data.mean(axis=1, dtype=np.float64).astype(np.float32) if data.shape[1] > 1 \
+        else data[:, 0].copy()
+
+
+def _resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
+    if rate == target:
+        return x.astype(np.float32, copy=True)
+    try:
+        import soxr
+    except ImportError as e:
+        raise InputError(f"resampling prompt audio needs soxr ({e}); pip install soxr") \
+            from None
+    return soxr.resample(x, rate, target, quality="HQ").astype(np.float32, copy=False)
+
+
+def load_prompt_audio(source: AudioSource, *, what: str = "prompt audio",
+                      min_seconds: float = MIN_SECONDS,
+                      max_seconds: float = MAX_SECONDS) -> PromptAudio:
+    """Read and validate one recording (module docstring: formats, limits; ``source`` as
+    :data:`AudioSource`, or an already loaded :class:`PromptAudio`, returned as is) -> its
+    16 kHz and 22.05 kHz mono waveforms. ``what`` names the recording in messages (e.g.
+    "source audio" for voice conversion).
+
+    Raises:
+        NotAudioError, EmptyAudioError, AudioTooShortError, AudioTooLongError,
+        SilentAudioError, InvalidAudioError (all :class:`PromptAudioError`, an InputError).
+    """
+    if isinstance(source, PromptAudio):
+        return source
+    mono, rate, channels = read_audio(source, what=what, max_seconds=max_seconds)
+    if rate < MIN_SAMPLE_RATE:
+        raise InvalidAudioError(f"{what}: sample rate {rate} Hz is below the minimum of "
+                                f"{MIN_SAMPLE_RATE} Hz")
+    seconds = mono.size / rate
+    if seconds > max_seconds:
+        raise _too_long(what, seconds, max_seconds)
+    if seconds < min_seconds:
+        raise AudioTooShortError(f"{what} is {seconds:.2f} s long; the minimum is "
+                                 f"{min_seconds:g} s", seconds, min_seconds)
+    rms = float(np.sqrt(np.mean(np.square(mono, dtype=np.float64))))
+    rms_db = 20 * np.log10(rms) if rms > 0 else float("-inf")
+    if rms_db < SILENCE_RMS_DBFS:
+        level = "digital silence" if rms == 0 else f"RMS {rms_db:.1f} dBFS"
+        raise SilentAudioError(f"{what} is silent ({level}; speech needs an RMS level of at "
+                               f"least {SILENCE_RMS_DBFS:g} dBFS)", rms_db)
+    return PromptAudio(wav_16k=_resample(mono, rate, TOKENIZER_RATE),
+                       wav_22k=_resample(mono, rate, MEL_RATE), sample_rate=rate,
+                       channels=channels, seconds=seconds)
+
+
+def prompt_features(audio: PromptAudio | AudioSource, models) -> PromptFeatures:
+    """The prompt pieces of one recording: speaker embedding, prompt speech tokens and prompt
+    mel (sheet 3.8).
+
+    ``audio``: a :class:`PromptAudio` or anything :func:`load_prompt_audio` reads. ``models``:
+    the prompt models (:class:`cosyvino.families.cosyvoice1.prompt_models.PromptModels`, or
+    any object with ``embedding(fbank [T, 80]) -> [1, 192]`` and ``speech_tokens(log_mel
+    [1, 128, T]) -> int64 [1, T']``).
+
+    Lengths are not aligned: the v1 frontend uses the tokens and the mel of the prompt as
+    they come (architecture sheet 10, row "Prompt alignment": v1 "none"; only v2 truncates
+    its 24 kHz mel to 2 frames per token), and the v1 flow regulates the prompt part of its
+    encoder output to the prompt mel's own frame count (sheet 5.2, step 4-5: M1 = prompt mel
+    frames, independent of the prompt token count). So T = ceil(N16 / 320) tokens (50 Hz) and
+    M = N22 // 256 frames (86.13 Hz), about 1.72 frames per token.
+
+    Raises: the :func:`load_prompt_audio` errors; BackendError from the models.
+    """
+    from .frontend.features import campplus_fbank, prompt_mel, whisper_log_mel
+
+    if not isinstance(audio, PromptAudio):
+        audio = load_prompt_audio(audio)
+    embedding = models.embedding(campplus_fbank(audio.wav_16k))
+    tokens = models.speech_tokens(whisper_log_mel(audio.wav_16k))
+    mel = np.ascontiguousarray(prompt_mel(audio.wav_22k, sample_rate=MEL_RATE)[0].T)
+    return PromptFeatures(embedding=embedding, speech_tokens=tokens, mel=mel)
