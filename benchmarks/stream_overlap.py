@@ -41,7 +41,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=250)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--schedule", default="latency")
+    ap.add_argument("--options", default="{}",
+                    help="JSON backend options for every column, e.g. the served preset's")
+    ap.add_argument("--llm-threads", type=int, default=None,
+                    help="also a column 'overlapped, LLM on N threads' (OpenVINO "
+                         "stage_threads: the llm stage gets N, the others num_threads)")
     a = ap.parse_args(argv)
+    import json
+
+    options = json.loads(a.options)
     text = STREAM_TEXTS[0][1]
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
                 if ln.startswith("model name")), "unknown CPU")
@@ -50,9 +58,13 @@ def main(argv=None) -> int:
     print("| threads | lanes | first chunk p50 (s) | streaming RTF | underrun (s) | audio (s) |")
     print("|---:|---|---:|---:|---:|---:|")
     for threads in [int(t) for t in a.threads.split(",")]:
+        columns = [("overlapped", True, {}), ("sequential", False, {})]
+        if a.llm_threads:
+            columns.append((f"overlapped, LLM {a.llm_threads} thread(s)", True,
+                            {"stage_threads": {"llm": a.llm_threads}}))
         synths = {name: Synthesizer(a.model_dir, backend=a.backend, num_threads=threads,
-                                    overlap_stages=overlap)
-                  for name, overlap in (("overlapped", True), ("sequential", False))}
+                                    overlap_stages=overlap, **options, **extra)
+                  for name, overlap, extra in columns}
         for tts in synths.values():  # warm-up (compiles shapes)
             one(tts, text, 30, a.schedule, 99)
         cells = {name: [] for name in synths}

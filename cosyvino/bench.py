@@ -5,7 +5,10 @@ Fixed texts, forced speech-token counts (250 tokens = 5 s of audio per text), se
 backend: model load time, per-stage ms, LLM ms/token, estimator ms/call, vocoder ms, RTF,
 first-segment latency, peak RSS; streamed (:func:`measure_stream`): first-chunk latency
 p50/p95, streaming RTF and underrun per hop schedule for a one- and a five-sentence text. Plus the LLM decode roofline: weight (+ mean KV cache) bytes
-read per generated token divided by a measured memory bandwidth (numpy copy).
+read per generated token divided by a measured memory bandwidth (numpy copy). On a model with
+the prompt models (voice cloning, :func:`measure_prompt`): the processing cost of a 5 s prompt
+(intake, speaker embedding, speech tokens, prompt mel) and a zero-shot request with the prompt
+per request vs the same prompt as a registered voice (which skips that processing).
 
 Worker entry point: ``python -m cosyvino.bench --worker BACKEND ...`` prints one JSON object.
 """
@@ -32,7 +35,7 @@ TEXTS = (
 STREAM_TEXTS = (
     ("1 sentence", "收到好友从远方寄来的生日礼物，那份意外的惊喜与深深的祝福让我心中充满了甜蜜的快乐。", 1.0),
     ("5 sentences", "今天的天气非常好。我们一起去公园散步吧。公园里有很多美丽的花。孩子们在草地上快乐地"
-                    "玩耍。傍晚的时候我们再回家吃饭。", 0.5),
+                    "玩耍。傍晚的时候我们再回家吃饭。", 2.0),
 )
 #: hop schedules compared by the streaming rows ("segment" = what a non-streaming player gets)
 STREAM_SCHEDULES = ("latency", "official", "segment")
@@ -63,6 +66,99 @@ STREAM_ROWS = (
     ("streaming RTF", "rtf", "{:.3f}"),
     ("underrun after first chunk (s)", "underrun_s", "{:.2f}"),
 )
+
+
+#: voice-cloning rows (models with prompt models): (label, key in a prompt result, format)
+PROMPT_ROWS = (
+    ("prompt models on", "backend", "{}"),
+    ("5 s prompt: intake (decode + resample, ms)", "intake_ms", "{:.1f}"),
+    ("5 s prompt: speaker embedding (ms)", "embedding_ms", "{:.1f}"),
+    ("5 s prompt: speech tokens (ms)", "tokens_ms", "{:.1f}"),
+    ("5 s prompt: prompt mel (ms)", "mel_ms", "{:.1f}"),
+    ("5 s prompt: total (ms)", "total_ms", "{:.1f}"),
+    ("zero-shot, prompt per request (s)", "zero_shot_prompt_s", "{:.2f}"),
+    ("zero-shot, registered voice (s)", "zero_shot_voice_s", "{:.2f}"),
+)
+#: length of the benchmark prompt, seconds
+PROMPT_SECONDS = 5.0
+#: transcript of ``examples/zero_shot_prompt.wav`` (the official zero-shot example; the cost
+#: does not depend on the text)
+PROMPT_TEXT = "希望你以后能够做的比我还好呦。"
+
+
+def default_prompt_wav() -> str | None:
+    """``examples/zero_shot_prompt.wav`` of a source checkout, or None (installed package)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "examples", "zero_shot_prompt.wav")
+    return path if os.path.isfile(path) else None
+
+
+def prompt_clip(path: str | None, seconds: float = PROMPT_SECONDS) -> tuple[np.ndarray, int]:
+    """(float32 [N] mono samples, rate) exactly ``seconds`` long: the recording at ``path``
+    looped (or cut) to that length at its own rate; without a file, a speech-like stand-in
+    (noise with a 4 Hz syllable envelope at -20 dBFS, 16 kHz): the prompt models' cost
+    depends on the length only."""
+    if path is None:
+        rate = 16000
+        t = np.arange(int(seconds * rate)) / rate
+        rng = np.random.default_rng(0)
+        x = 0.1 * rng.standard_normal(t.size) * (0.55 + 0.45 * np.sin(2 * np.pi * 4 * t))
+        return x.astype(np.float32), rate
+    import soundfile as sf
+
+    x, rate = sf.read(path, dtype="float32", always_2d=True)
+    x = x.mean(axis=1)
+    n = int(round(seconds * rate))
+    return np.resize(x, n).astype(np.float32), int(rate)
+
+
+def measure_prompt(tts, clip: tuple[np.ndarray, int], tokens: int, runs: int = 3) -> dict:
+    """The voice-cloning cost on ``tts`` (a Synthesizer with prompt models): per step of the
+    prompt processing of ``clip`` (median of ``runs``, after one warm-up): intake
+    (:func:`cosyvino.prompt_audio.load_prompt_audio`: checks and soxr to 16 / 22.05 kHz),
+    speaker embedding (fbank + CAM++), speech tokens (whisper log-mel + tokenizer), prompt
+    mel; then the wall seconds of a zero-shot synthesis of ``TEXTS[0]`` (``tokens`` forced)
+    with the prompt passed per request and with it registered (median of ``runs``)."""
+    from .families.cosyvoice1.prompt_models import default_prompt_backend
+    from .frontend.features import campplus_fbank, prompt_mel, whisper_log_mel
+    from .prompt_audio import MEL_RATE, load_prompt_audio
+
+    encoder = tts.prompt_encoder
+    models = encoder.models
+
+    def steps() -> dict:
+        t0 = time.perf_counter()
+        audio = load_prompt_audio(clip)
+        t1 = time.perf_counter()
+        models.embedding(campplus_fbank(audio.wav_16k))
+        t2 = time.perf_counter()
+        models.speech_tokens(whisper_log_mel(audio.wav_16k))
+        t3 = time.perf_counter()
+        prompt_mel(audio.wav_22k, sample_rate=MEL_RATE)
+        t4 = time.perf_counter()
+        return {"intake_ms": 1e3 * (t1 - t0), "embedding_ms": 1e3 * (t2 - t1),
+                "tokens_ms": 1e3 * (t3 - t2), "mel_ms": 1e3 * (t4 - t3),
+                "total_ms": 1e3 * (t4 - t0)}
+
+    steps()  # warm-up (first inference compiles)
+    samples = [steps() for _ in range(runs)]
+    out = {k: float(np.median([s[k] for s in samples])) for k in samples[0]}
+    text = TEXTS[0][2]
+
+    def wall(**inputs) -> float:
+        t = time.perf_counter()
+        tts.synthesize(text, seed=0, num_speech_tokens=tokens, **inputs)
+        return time.perf_counter() - t
+
+    tts.add_voice("bench-voice", clip, PROMPT_TEXT, overwrite=True)
+    wall(speaker="bench-voice")  # warm-up of the zero-shot path
+    out["zero_shot_prompt_s"] = float(np.median(
+        [wall(prompt_audio=clip, prompt_text=PROMPT_TEXT) for _ in range(runs)]))
+    out["zero_shot_voice_s"] = float(np.median([wall(speaker="bench-voice")
+                                                for _ in range(runs)]))
+    out.update(backend=default_prompt_backend(encoder.backend), seconds=PROMPT_SECONDS,
+               runs=runs)
+    return out
 
 
 def play_underrun(arrivals: list[tuple[float, float]]) -> float:
@@ -163,14 +259,19 @@ def _row(tts, audio) -> dict:
 
 
 def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
-               options: dict, stream_runs: int = 3) -> dict:
+               options: dict, stream_runs: int = 3, prompt_wav: str | None = None,
+               prompt_runs: int = 3) -> dict:
     """Load ``backend``, warm up, synthesize TEXTS with ``tokens`` forced tokens; averages.
     Then, unless ``stream_runs`` is 0, the streaming rows (:func:`measure_stream`) for
-    STREAM_TEXTS x STREAM_SCHEDULES."""
+    STREAM_TEXTS x STREAM_SCHEDULES; and, on a model offering ``zero_shot`` and unless
+    ``prompt_runs`` is 0, the voice-cloning rows (:func:`measure_prompt` on a 5 s clip of
+    ``prompt_wav``, None: :func:`default_prompt_wav` or the stand-in)."""
     from .synthesizer import Synthesizer
 
     t0 = time.perf_counter()
-    tts = Synthesizer(model_dir, backend=backend, num_threads=threads, **options)
+    # registered voices in memory: the benchmark's voice is not written into the model dir
+    tts = Synthesizer(model_dir, backend=backend, num_threads=threads, voices_dir=False,
+                      **options)
     load_s = time.perf_counter() - t0
     load_peak = peak_rss_mb()  # compile-time transients: was the overall peak reached here?
     tts.synthesize(TEXTS[1][2], TEXTS[1][1], seed=0, num_speech_tokens=10)  # warm-up
@@ -199,7 +300,13 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
                                      stream_runs)
                 row["text"] = label
                 streaming.append(row)
-    return {"backend": backend, "streaming": streaming, "options": options, "threads": threads,
+    prompt = None
+    if prompt_runs > 0 and "zero_shot" in tts.modes:
+        source = prompt_wav or default_prompt_wav()
+        prompt = measure_prompt(tts, prompt_clip(source), tokens, prompt_runs)
+        prompt["source"] = source or "stand-in"
+    return {"backend": backend, "streaming": streaming, "prompt": prompt,
+            "options": options, "threads": threads,
             "load_s": load_s, "peak_rss_mb": peak_rss_mb(), "load_peak_rss_mb": load_peak,
             "rows": rows, "mean": mean,
             "compile_info": info.get("llm") if info else None, "llm_weights": llm_weights,
@@ -227,10 +334,13 @@ def module_subprocess_env() -> dict:
 
 
 def run_backend_subprocess(backend: str, model_dir: str, tokens: int, threads: int | None,
-                           options: dict, timeout: float = 3600, stream_runs: int = 3) -> dict:
+                           options: dict, timeout: float = 3600, stream_runs: int = 3,
+                           prompt_wav: str | None = None, prompt_runs: int = 3) -> dict:
     cmd = [sys.executable, "-m", "cosyvino.bench", "--worker", backend, "--model-dir",
            model_dir, "--tokens", str(tokens), "--options", json.dumps(options),
-           "--stream-runs", str(stream_runs)]
+           "--stream-runs", str(stream_runs), "--prompt-runs", str(prompt_runs)]
+    if prompt_wav:
+        cmd += ["--prompt-wav", os.path.abspath(prompt_wav)]
     if threads:
         cmd += ["--threads", str(threads)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -291,6 +401,10 @@ def markdown(results: list[dict], roof: dict | None) -> str:
                                   for r in ok) + " |")
         lines.append("| measured / roofline | " + " | ".join(
             f"{roof['per_backend'][r['label']]['ratio']:.2f}x" for r in ok) + " |")
+    if any(r.get("prompt") for r in ok):
+        for label, key, fmt in PROMPT_ROWS:
+            cells = [fmt.format(r["prompt"][key]) if r.get("prompt") else "" for r in ok]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     streams = [(r["label"], {(x["text"], x["schedule"]): x for x in r.get("streaming", [])})
                for r in ok]
     keys = [k for k in streams[0][1]] if streams else []
@@ -320,9 +434,11 @@ def _worker_main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--options", default="{}")
     ap.add_argument("--stream-runs", type=int, default=3)
+    ap.add_argument("--prompt-wav", default=None)
+    ap.add_argument("--prompt-runs", type=int, default=3)
     a = ap.parse_args(argv)
     res = run_worker(a.worker, a.model_dir, a.tokens, a.threads, json.loads(a.options),
-                     a.stream_runs)
+                     a.stream_runs, a.prompt_wav, a.prompt_runs)
     print(json.dumps(res, ensure_ascii=False))
     return 0
 

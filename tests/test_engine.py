@@ -355,3 +355,24 @@ def test_token_hop_policy_matches_the_official_windows_token_by_token(n):
     # the latency schedule: first hop 15 (+6 overlap), then doubling up to 200
     assert [(a, b) for a, b, _ in hop_windows(500, LATENCY)][:5] == [
         (0, 21), (15, 51), (45, 111), (105, 231), (225, 431)]
+
+
+def test_first_chunk_gets_the_cores_then_the_lanes_overlap(tts):
+    """Until the first chunk is out, a due hop holds the LLM lane back (time to first audio);
+    afterwards both lanes are offered together (overlap)."""
+    state = tts.engine.start(SynthesisRequest("你好，世界。", tts.speakers[0], seed=2,
+                                              num_speech_tokens=100))
+    prog = state.program
+    assert prog.ready_lanes() == ("llm",)
+    while prog.ready_lanes() == ("llm",):
+        tts.engine.step(state, "llm")
+    assert prog.ready_lanes() == ("audio",) and len(prog.tokens) == 21
+    out = []
+    while not out:
+        out = tts.engine.step(state, "audio")
+    assert prog.ready_lanes() == ("llm",)  # nothing due yet, the LLM goes on
+    while prog.ready_lanes() == ("llm",):
+        tts.engine.step(state, "llm")
+    assert prog.ready_lanes() == ("audio", "llm")  # the second hop overlaps decoding
+    state.cancel.set()
+    prog.close()

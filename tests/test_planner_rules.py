@@ -41,7 +41,8 @@ def test_this_machine_openvino_with_irs(tmp_path):
     assert (plan.max_sessions, plan.queue_size) == (1, 2)
     assert plan.backend_options == {"num_threads": 2, "num_streams": 1,
                                     "performance_hint": "LATENCY", "cpu_pinning": True,
-                                    "precision": "f32", "kv_cache_precision": "f32"}
+                                    "precision": "f32", "kv_cache_precision": "f32",
+                                    "overlap_stages": True}
     # bf16-capable (AVX512_BF16) but not measured: fp32, and the reason says how to change it
     assert plan.precision["estimator"] == "fp32"
     assert "AVX512_BF16" in _reason(plan, "compute_precision")
@@ -53,7 +54,8 @@ def test_this_machine_without_irs_picks_torch_and_says_why(tmp_path):
     plan = make_plan(p)
     assert plan.backend == "torch" and "cosyvino convert" in _reason(plan, "backend")
     assert (plan.streams, plan.threads_per_stream) == (1, 2)
-    assert plan.backend_options == {"num_threads": 2} and plan.pinning is False
+    assert plan.backend_options == {"num_threads": 2, "overlap_stages": True}
+    assert plan.pinning is False
 
 
 def test_this_machine_without_openvino_plugin(tmp_path):

@@ -351,6 +351,22 @@ def _backend_options(backend_cls, probe: Probe, caps: Capabilities, goal: str, s
     return dict(opts)
 
 
+def _overlap_stages(backend: str, caps: Capabilities, tps: int, log: _Log) -> bool:
+    """Whether a request's LLM lane and flow/vocoder lane run at the same time
+    (``Synthesizer(overlap_stages=)``), both on the stream's threads."""
+    if not caps.thread_safe:
+        return log.decide("overlap_stages", False, f"{backend}: stages are not thread-safe, so "
+                          "a request's LLM and flow/vocoder hops run one after the other")
+    if tps < 2:
+        return log.decide("overlap_stages", False, "1 thread per stream: overlapping the LLM "
+                          "with the flow/vocoder hops would only time-share it")
+    return log.decide("overlap_stages", True, f"{backend} stages are thread-safe: the LLM "
+                      f"decodes the next speech tokens while the flow/vocoder turn the due hop "
+                      f"into audio, both on the stream's {tps} threads (the first chunk still "
+                      "gets them alone); an LLM held to 1 thread was slower "
+                      "(docs/performance.md, 'Token-level streaming')")
+
+
 def _reference_estimate(probe: Probe, model_dir: str | None, caps: dict[str, Capabilities],
                         classes: dict) -> tuple[str, Capabilities] | None:
     """(name, capabilities) of the first reference backend with a resident-memory estimate
@@ -489,6 +505,7 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
                                                           f"{cap.reason}")
 
     options = _backend_options(be_cls, probe, cap, goal, n_streams, tps, pin, prec, log)
+    options["overlap_stages"] = _overlap_stages(be, cap, tps, log)
 
     from .. import __version__
     plan = Plan(

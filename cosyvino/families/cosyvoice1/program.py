@@ -80,6 +80,7 @@ class CosyVoice1Program(Program):
         self._hop = None  # (segment, Hop, tokens, llm times) between FLOW and VOCODER
         self._streams: dict[int, OfficialTokenHopStream] = {}
         self._chunk_index = 0
+        self._emitted = 0  # chunks emitted by this request
         self._vocoder_frame = 0  # first mel frame of the next token-hop vocoder call
         if self.segments[0] is None:
             tokens = [int(t) for t in request.speech_tokens]
@@ -102,11 +103,14 @@ class CosyVoice1Program(Program):
 
     def ready_lanes(self) -> tuple[str, ...]:
         """Lanes with a step to run now: ``audio`` first (a due hop shortens the time to the
-        next chunk), then ``llm``."""
+        next chunk), then ``llm``. Until the request's first chunk is out, the LLM lane waits
+        while a hop is due or running: the first chunk gets every core (time to first audio),
+        later hops overlap with decoding (throughput); docs/performance.md."""
         out = []
-        if self.audio_phase is not Phase.DONE and (self._hop is not None or self._queue):
+        hop_pending = self._hop is not None or bool(self._queue)
+        if self.audio_phase is not Phase.DONE and hop_pending:
             out.append(AUDIO)
-        if self.llm_phase is not Phase.DONE:
+        if self.llm_phase is not Phase.DONE and not (hop_pending and not self._emitted):
             out.append(LLM)
         return tuple(out)
 
@@ -274,6 +278,7 @@ class CosyVoice1Program(Program):
         audio.stats.update(segment=segment, chunk=self._chunk_index,
                            is_last_in_segment=hop.finalize, seed=self.request.seed)
         self._chunk_index += 1
+        self._emitted += 1
         self._segment_started = time.perf_counter()
         if hop.finalize:
             self._streams.pop(segment, None)
