@@ -76,3 +76,24 @@ class ConvertedModelError(ModelDirError):
 
     ``path`` names the offending file; the message says to re-run ``cosyvino convert``.
     """
+
+
+#: errors defined next to the code that raises them, importable from here too (lazily: those
+#: modules import this one)
+_ELSEWHERE = {
+    **{n: "prompt_audio" for n in ("PromptAudioError", "NotAudioError", "EmptyAudioError",
+                                   "AudioTooShortError", "AudioTooLongError",
+                                   "SilentAudioError", "InvalidAudioError")},
+    **{n: "voice_store" for n in ("VoiceStoreError", "CorruptVoiceError",
+                                  "InvalidVoiceNameError", "VoiceExistsError",
+                                  "UnknownVoiceError")},
+}
+
+
+def __getattr__(name):
+    module = _ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(name)
+    import importlib
+
+    return getattr(importlib.import_module(f"cosyvino.{module}"), name)

@@ -161,3 +161,43 @@ def test_measure_stream_on_the_tiny_model():
     assert r["chunks"] >= 2 and r["audio_s"] > 1.0
     assert 0 < r["first_chunk_p50_s"] <= r["first_chunk_p95_s"]
     assert r["rtf"] > 0 and r["underrun_s"] >= 0
+
+
+def test_prompt_clip_is_exactly_five_seconds_of_the_recording():
+    sf = pytest.importorskip("soundfile")
+    import numpy as np
+
+    from cosyvino.bench import default_prompt_wav, prompt_clip
+
+    path = default_prompt_wav()
+    assert path is not None and path.endswith("examples/zero_shot_prompt.wav")
+    x, rate = prompt_clip(path)
+    original, orig_rate = sf.read(path, dtype="float32")
+    assert rate == orig_rate and x.shape == (5 * rate,) and x.dtype == np.float32
+    n = len(original)  # 3.48 s, looped: the clip starts again after the recording's end
+    np.testing.assert_array_equal(x[:n], original)
+    np.testing.assert_array_equal(x[n:2 * n][: x.size - n], original[: x.size - n])
+    y, r16 = prompt_clip(None)
+    assert r16 == 16000 and y.shape == (80000,)
+    assert -25 < 20 * np.log10(np.sqrt(np.mean(y ** 2))) < -20  # the stand-in is not silent
+
+
+def test_measure_prompt_on_the_tiny_model(tiny_model_dir):
+    pytest.importorskip("onnx")
+    from cosyvino import Synthesizer
+    from cosyvino.bench import PROMPT_ROWS, measure_prompt, prompt_clip
+
+    tts = Synthesizer(tiny_model_dir, backend="torch", voices_dir=False)
+    try:
+        r = measure_prompt(tts, prompt_clip(None), tokens=10, runs=1)
+        assert tts.registered_voices == ["bench-voice"]
+    finally:
+        tts.close()
+    assert r["backend"] == "openvino" and r["seconds"] == 5.0
+    parts = ("intake_ms", "embedding_ms", "tokens_ms", "mel_ms")
+    assert all(r[k] > 0 for k in parts)
+    assert r["total_ms"] == pytest.approx(sum(r[k] for k in parts), rel=1e-6)
+    assert r["zero_shot_prompt_s"] > 0 and r["zero_shot_voice_s"] > 0
+    table = markdown([{"label": "torch", "mean": {"total_s": 1.0}, "prompt": r}], None)
+    for label, key, fmt in PROMPT_ROWS:
+        assert f"| {label} | {fmt.format(r[key])} |" in table

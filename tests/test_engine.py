@@ -376,3 +376,8 @@ def test_first_chunk_gets_the_cores_then_the_lanes_overlap(tts):
     assert prog.ready_lanes() == ("audio", "llm")  # the second hop overlaps decoding
     state.cancel.set()
     prog.close()
+
+
+def test_chunks_say_which_mode_and_schedule_ran(tts):
+    chunk = next(iter(tts.stream("你好。", tts.speakers[0], seed=1, num_speech_tokens=10)))
+    assert chunk.stats["mode"] == "sft" and chunk.stats["hop_schedule"] == "latency"

@@ -95,11 +95,20 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
 @click.option("--stream-runs", type=click.IntRange(min=0), default=3, show_default=True,
               help="Streamed runs per text and hop schedule (first-chunk p50/p95, streaming "
                    "RTF, underrun); 0 skips the streaming rows.")
+@click.option("--prompt-wav", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Recording for the voice-cloning rows, looped or cut to 5 s (default: "
+                   "examples/zero_shot_prompt.wav of a source checkout, else a speech-like "
+                   "stand-in; the cost depends on the length only).")
+@click.option("--prompt-runs", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Runs per voice-cloning row (models with prompt models); 0 skips them.")
 @_friendly_errors
-def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs):
+def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, prompt_wav,
+          prompt_runs):
     """Benchmark backends side by side: per-stage ms, LLM ms/token, estimator ms/call,
     vocoder ms, RTF, first-segment latency, peak RSS, load time, LLM decode roofline; and,
-    streamed, first-chunk latency p50/p95, streaming RTF and underrun per hop schedule."""
+    streamed, first-chunk latency p50/p95, streaming RTF and underrun per hop schedule; and,
+    on a model with prompt models, a 5 s prompt's processing cost (intake, embedding, speech
+    tokens, mel) and a zero-shot request with the prompt vs a registered voice."""
     from cosyvino.bench import TEXTS, markdown, roofline, run_backend_subprocess
     from cosyvino.defaults import ensure_default_model
     from cosyvino.families.cosyvoice1.yaml_config import read_model_config
@@ -117,7 +126,8 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs):
         click.echo(f"bench: {label} ({len(TEXTS)} texts x {tokens} tokens) ...", err=True)
         t = time.perf_counter()
         r = run_backend_subprocess(backend, os.path.join(model_dir, sub) if sub else model_dir,
-                                   tokens, threads, opts, stream_runs=stream_runs)
+                                   tokens, threads, opts, stream_runs=stream_runs,
+                                   prompt_wav=prompt_wav, prompt_runs=prompt_runs)
         r["label"] = label
         results.append(r)
         click.echo(f"bench: {label} done in {time.perf_counter() - t:.0f} s"

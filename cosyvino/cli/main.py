@@ -166,10 +166,13 @@ def _describe(run: dict) -> str:
     return ", ".join(parts) + f" ({run['source']})"
 
 
-def _check_before_load(model_dir: str | None, text: str, speaker: str | None) -> None:
+def _check_before_load(model_dir: str | None, text: str | None, speaker: str | None,
+                       voices_dir: str | None = None) -> None:
     """What can be checked without loading the model: the text has something to speak (the
     model family's frontend on the model's config; the embedded default's v1 frontend while
-    that model does not exist yet) and the speaker is one of the model's.
+    that model does not exist yet; None: no text, voice conversion) and the speaker is one of
+    the model's built-in speakers or registered voices (``voices_dir``, default
+    ``<model_dir>/voices``).
 
     Raises EmptyTextError / UnknownSpeakerError / ModelDirError / ConfigError."""
     if model_dir is None:
@@ -182,16 +185,33 @@ def _check_before_load(model_dir: str | None, text: str, speaker: str | None) ->
     if model_dir is None:
         from cosyvino.frontend import TextFrontend  # the embedded default is a v1 model
 
-        TextFrontend().segments(text)
+        if text is not None:
+            TextFrontend().segments(text)
         return
     from cosyvino.families import detect_family
 
     family = detect_family(model_dir)
-    family.make_frontend(family.read_config(model_dir)).segments(text)
+    if text is not None:
+        family.make_frontend(family.read_config(model_dir)).segments(text)
     if speaker is not None:
         names = _speaker_names(model_dir, required=False)
         if names is not None and speaker not in names:
-            raise UnknownSpeakerError(speaker, names)
+            registered = _registered_voices(model_dir, voices_dir, family.name)
+            if speaker not in registered:
+                raise UnknownSpeakerError(speaker, names + registered)
+
+
+def _registered_voices(model_dir: str, voices_dir: str | None, family: str) -> list[str]:
+    """Names of the voices registered for ``model_dir`` (``voices_dir``, default
+    ``<model_dir>/voices``; the Synthesizer's rule), read without loading the model."""
+    import warnings
+
+    from cosyvino.voice_store import VoiceStore
+
+    directory = voices_dir or os.path.join(model_dir, "voices")
+    with warnings.catch_warnings():  # a skipped file is reported by the Synthesizer later
+        warnings.simplefilter("ignore")
+        return list(VoiceStore(directory, family=family).snapshot())
 
 
 def _speaker_names(model_dir: str, *, required: bool = True) -> list[str] | None:
@@ -216,14 +236,16 @@ def _speaker_names(model_dir: str, *, required: bool = True) -> list[str] | None
     return list(load_spk2info(path))
 
 
-def _synthesizer(run: dict):
+def _synthesizer(run: dict, voices_dir: str | None = None):
     """Load the model of ``run`` (:func:`_run_settings`); without a model dir the embedded
-    default, created once (the CLI's default path, and it says so loudly)."""
+    default, created once (the CLI's default path, and it says so loudly). ``voices_dir``:
+    where registered voices are (None: ``<model_dir>/voices``)."""
     from cosyvino.defaults import ensure_default_model
     from cosyvino.synthesizer import Synthesizer
 
+    extra = {} if voices_dir is None else {"voices_dir": voices_dir}
     return Synthesizer(run["model_dir"] or ensure_default_model(), backend=run["backend"],
-                       num_threads=run["threads"], **run["backend_options"])
+                       num_threads=run["threads"], **extra, **run["backend_options"])
 
 
 class _AudioSink:
@@ -318,62 +340,116 @@ def main():
     """cosyvino: CosyVoice text-to-speech, fast on CPU servers."""
 
 
-@main.command()
-@click.argument("text", required=False)
-@_run_model_dir_opt
-@click.option("--speaker", "-s", default=None,
-              help="Speaker id (see `cosyvino speakers`; default: the model's first speaker).")
-@click.option("--text-file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
-              help="Read the text (UTF-8) from a file ('-' = stdin).")
-@click.option("-o", "--output", default="out.wav", show_default=True,
-              help="Output file ('-' = raw int16 PCM on stdout, e.g. for a player).")
-@click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
-              help="Audio format (default: from the output extension; raw = int16 LE mono "
-                   "PCM at the model rate, no header).")
-@click.option("--stream", is_flag=True,
-              help="Write audio as it is synthesized (the file grows chunk by chunk and is put "
-                   "in place when complete; with -o - a player gets each chunk at once) and "
-                   "print the time to first audio.")
-@click.option("--hop-schedule", type=click.Choice(HOP_SCHEDULES), default=None,
-              help="How audio is cut into chunks (default: the library's: token hops for "
-                   "--stream, whole segments otherwise). The same schedule and seed give the "
-                   "same audio with and without --stream.")
-@click.option("--speed", type=click.FloatRange(MIN_SPEED, MAX_SPEED), default=1.0,
-              show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=None)
-@click.option("--num-speech-tokens", type=click.IntRange(min=1), default=None,
-              help="Force this many speech tokens per segment (50 = 1 s; benchmarking).")
-@_plan_opt
-@_backend_opt
-@_threads_opt
-@click.option("--json", "as_json", is_flag=True,
-              help="Print stats as JSON (on stderr when the audio goes to stdout).")
-@click.pass_context
-@_friendly_errors
-def synth(ctx, text, model_dir, speaker, text_file, output, fmt, stream, hop_schedule, speed,
-          seed, num_speech_tokens, plan_path, backend, threads, as_json):
-    """Synthesize TEXT (or --text-file) to an audio file.
+def _output_options(fn):
+    """The output, streaming and run options ``synth`` and ``vc`` share."""
+    for option in reversed((
+            click.option("-o", "--output", default="out.wav", show_default=True,
+                         help="Output file ('-' = raw int16 PCM on stdout, e.g. for a "
+                              "player)."),
+            click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default=None,
+                         help="Audio format (default: from the output extension; raw = int16 "
+                              "LE mono PCM at the model rate, no header)."),
+            click.option("--stream", is_flag=True,
+                         help="Write audio as it is synthesized (the file grows chunk by "
+                              "chunk and is put in place when complete; with -o - a player "
+                              "gets each chunk at once) and print the time to first audio."),
+            click.option("--hop-schedule", type=click.Choice(HOP_SCHEDULES), default=None,
+                         help="How audio is cut into chunks (default: the library's: token "
+                              "hops for --stream, whole segments otherwise). The same "
+                              "schedule and seed give the same audio with and without "
+                              "--stream."),
+            click.option("--speed", type=click.FloatRange(MIN_SPEED, MAX_SPEED), default=1.0,
+                         show_default=True),
+            click.option("--seed", type=click.IntRange(min=0), default=None),
+            click.option("--num-speech-tokens", type=click.IntRange(min=1), default=None,
+                         help="Force this many speech tokens per segment (50 = 1 s; "
+                              "benchmarking)."),
+            click.option("--voices-dir", type=click.Path(file_okay=False), default=None,
+                         help="Where registered voices are (default: <model-dir>/voices; "
+                              "see `cosyvino voices`)."),
+            _plan_opt, _backend_opt, _threads_opt,
+            click.option("--json", "as_json", is_flag=True,
+                         help="Print stats as JSON (on stderr when the audio goes to "
+                              "stdout)."))):
+        fn = option(fn)
+    return fn
 
-    Everything that can be checked before the model loads is checked first: the text (UTF-8,
-    something to speak), the output format and directory, the speaker.
-    """
-    text = _read_text(text, text_file)
+
+def _read_recording(path: str | None, option: str, *, source: bool = False):
+    """``path`` read and checked as a prompt (or, ``source``, a voice-conversion source)
+    recording before the model loads: the :class:`cosyvino.prompt_audio.PromptAudio` the
+    library then uses as is (None for None).
+
+    Raises the ``PromptAudioError`` s of :func:`cosyvino.prompt_audio.load_prompt_audio`
+    (their messages name the problem and the limit), prefixed with the option."""
+    if path is None:
+        return None
+    from cosyvino.prompt_audio import SOURCE_MIN_SECONDS, PromptAudioError, load_prompt_audio
+
+    kw = {"what": "source audio", "min_seconds": SOURCE_MIN_SECONDS} if source else {}
+    try:
+        return load_prompt_audio(path, **kw)
+    except PromptAudioError as e:
+        raise _prefixed(e, option) from None
+
+
+def _prefixed(e, option: str):
+    """``e`` with ``option`` in front of its message (same type and attributes)."""
+    e.args = (f"{option}: {e}",) + e.args[1:]
+    return e
+
+
+def _check_text_option(value: str | None, option: str) -> str | None:
+    if value is not None and not value.strip():
+        raise InputError(f"{option} is empty")
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{option} is not valid UTF-8; check the terminal's encoding"
+                             ) from None
+    return value
+
+
+def _run_synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_schedule, speed,
+                   seed, num_speech_tokens, voices_dir, plan_path, backend, threads, as_json,
+                   mode=None, prompt_wav=None, prompt_text=None, instruct=None,
+                   source_wav=None, command="synth"):
+    """What ``synth`` and ``vc`` do: check everything that can be checked before the model
+    loads (text, output, recordings, voice name), load it, synthesize (whole or streamed) in
+    the mode the inputs select (``mode`` None: the library's first fit), write the audio and
+    print the stats."""
     fmt = _output_format(output, fmt)
+    prompt_audio = _read_recording(prompt_wav, "--prompt-wav")
+    source_audio = _read_recording(source_wav, "--source-wav", source=True)
+    prompt_text = _check_text_option(prompt_text, "--prompt-text")
+    instruct = _check_text_option(instruct, "--instruct")
+    if prompt_audio is not None and voice is not None:
+        raise InputError("give either a voice (-s/-v) or --prompt-wav (a recording), not both")
     echo = (lambda msg: click.echo(msg, err=True)) if output == "-" else click.echo
     run = _run_settings(ctx, plan_path, model_dir, backend, threads)
     for note in run["notes"]:
         click.echo(f"note: {note}", err=True)
-    _check_before_load(run["model_dir"], text, speaker)
-    click.echo(f"cosyvino synth: {_describe(run)}", err=True)
-    synth_ = _synthesizer(run)
-    speaker = speaker or synth_.speakers[0]
+    _check_before_load(run["model_dir"], None if source_audio is not None else text, voice,
+                       voices_dir)
+    click.echo(f"cosyvino {command}: {_describe(run)}", err=True)
+    synth_ = _synthesizer(run, voices_dir)
+    prompted = prompt_audio is not None or source_audio is not None
+    if voice is None and not prompted and synth_.speakers:
+        voice = synth_.speakers[0]
     options = dict(speed=speed, seed=seed, num_speech_tokens=num_speech_tokens)
+    inputs = {"mode": mode, "prompt_audio": prompt_audio, "prompt_text": prompt_text,
+              "instruction": instruct, "source_audio": source_audio}
+    options.update({k: v for k, v in inputs.items() if v is not None})
     if hop_schedule is not None:
         options["hop_schedule"] = hop_schedule
+    # validated here, before any audio: the mode the request runs in, for the report
+    request = synth_.request(text, voice, **options)
+    mode_used = _mode_of(synth_, request)
     if stream:
-        stats = _stream_to(synth_, output, fmt, text, speaker, options)
+        stats = _stream_to(synth_, output, fmt, text, voice, options)
     else:
-        audio = _synthesize_with_progress(synth_, text, speaker, options)
+        audio = _synthesize_with_progress(synth_, text, voice, options)
         sink = _AudioSink(output, fmt, audio.sample_rate) if fmt == "raw" else None
         if sink is None:
             audio.write(output, fmt)
@@ -381,15 +457,110 @@ def synth(ctx, text, model_dir, speaker, text_file, output, fmt, stream, hop_sch
             sink.write(audio.samples)
             sink.close()
         stats = dict(audio.stats)
+    who = voice if voice is not None else f"prompt {prompt_wav}"
     stats.update(output="-" if output == "-" else os.path.abspath(output), format=fmt,
-                 sample_rate=synth_.sample_rate, speaker=speaker, backend=run["backend"],
+                 sample_rate=synth_.sample_rate, speaker=voice, mode=mode_used,
+                 prompt_wav=prompt_wav, source_wav=source_wav, backend=run["backend"],
                  threads=run["threads"], backend_options=run["backend_options"],
                  settings_source=run["source"])
     if as_json:
         echo(json.dumps(stats, ensure_ascii=False, indent=2))
     else:
         echo(_stage_table(stats))
-        echo(f"wrote {output} (speaker {speaker}, backend {run['backend']}): {_summary(stats)}")
+        echo(f"wrote {output} ({mode_used}, voice {who}, backend {run['backend']}): "
+             f"{_summary(stats)}")
+
+
+def _mode_of(synth_, request) -> str | None:
+    """The mode ``request`` runs in: the named one, else the first of the model's modes the
+    request fits (the library's rule; cheap: no prompt processing)."""
+    if request.mode is not None:
+        return request.mode
+    try:  # SynthesisRequest's own matching (it reads no audio); only a label here
+        voice = request._voice(synth_.voices) if request.voice is not None else None
+        return request._mode(synth_.engine.modes, voice, {}).name
+    except Exception:  # noqa: BLE001 - the synthesis itself reports real errors
+        return None
+
+
+@main.command()
+@click.argument("text", required=False)
+@_run_model_dir_opt
+@click.option("--speaker", "-s", default=None,
+              help="Speaker id (see `cosyvino speakers`) or registered voice (default: the "
+                   "model's first speaker).")
+@click.option("--voice", "-v", "voice_name", default=None,
+              help="A registered voice (`cosyvino voices add`): zero-shot with its stored "
+                   "transcript, cross-lingual without one.")
+@click.option("--prompt-wav", type=click.Path(dir_okay=False), default=None,
+              help="Clone the voice of this recording (1-30 s; wav, flac, mp3, ogg, ...): "
+                   "zero-shot with --prompt-text, cross-lingual without.")
+@click.option("--prompt-text", default=None,
+              help="Transcript of --prompt-wav (zero-shot), or replacing a registered "
+                   "voice's.")
+@click.option("--instruct", default=None,
+              help="Instruction for the speaker (instruct mode; Instruct models), e.g. "
+                   "'A calm, gentle narrator.'.")
+@click.option("--mode", default=None,
+              help="Synthesis mode (sft, zero_shot, cross_lingual, instruct; default: the "
+                   "first the inputs fit).")
+@click.option("--text-file", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Read the text (UTF-8) from a file ('-' = stdin).")
+@_output_options
+@click.pass_context
+@_friendly_errors
+def synth(ctx, text, model_dir, speaker, voice_name, prompt_wav, prompt_text, instruct, mode,
+          text_file, output, fmt, stream, hop_schedule, speed, seed, num_speech_tokens,
+          voices_dir, plan_path, backend, threads, as_json):
+    """Synthesize TEXT (or --text-file) to an audio file.
+
+    \b
+    Modes (docs/voice-cloning.md):
+      -s SPEAKER                            built-in speaker (sft)
+      --prompt-wav F --prompt-text T        zero-shot voice cloning
+      --prompt-wav F                        cross-lingual (language tag in TEXT, e.g. <|en|>)
+      -s SPEAKER --instruct T               instruct (CosyVoice-300M-Instruct)
+      -v NAME                               a registered voice (`cosyvino voices add`)
+
+    Everything that can be checked before the model loads is checked first: the text (UTF-8,
+    something to speak), the output format and directory, the prompt recording (readable,
+    1-30 s, not silent), the voice name.
+    """
+    text = _read_text(text, text_file)
+    if speaker is not None and voice_name is not None:
+        raise InputError("give either -s/--speaker or -v/--voice, not both")
+    _run_synthesis(ctx, text=text, model_dir=model_dir, voice=voice_name or speaker,
+                   output=output, fmt=fmt, stream=stream, hop_schedule=hop_schedule,
+                   speed=speed, seed=seed, num_speech_tokens=num_speech_tokens,
+                   voices_dir=voices_dir, plan_path=plan_path, backend=backend,
+                   threads=threads, as_json=as_json, mode=mode, prompt_wav=prompt_wav,
+                   prompt_text=prompt_text, instruct=instruct)
+
+
+@main.command()
+@_run_model_dir_opt
+@click.option("--source-wav", type=click.Path(dir_okay=False), required=True,
+              help="The recording to convert (0.2-30 s): what is said.")
+@click.option("--prompt-wav", type=click.Path(dir_okay=False), default=None,
+              help="A recording of the target voice (1-30 s).")
+@click.option("--voice", "-v", "voice_name", default=None,
+              help="A registered voice as the target, instead of --prompt-wav.")
+@_output_options
+@click.pass_context
+@_friendly_errors
+def vc(ctx, model_dir, source_wav, prompt_wav, voice_name, output, fmt, stream, hop_schedule,
+       speed, seed, num_speech_tokens, voices_dir, plan_path, backend, threads, as_json):
+    """Voice conversion: say what --source-wav says in the voice of --prompt-wav (or of a
+    registered voice, -v). No text and no LLM: the source's speech tokens go through the flow
+    and the vocoder conditioned on the target voice."""
+    if (prompt_wav is None) == (voice_name is None):
+        raise InputError("give the target voice: --prompt-wav FILE or -v/--voice NAME (one "
+                         "of them)")
+    _run_synthesis(ctx, text="", model_dir=model_dir, voice=voice_name, output=output,
+                   fmt=fmt, stream=stream, hop_schedule=hop_schedule, speed=speed, seed=seed,
+                   num_speech_tokens=num_speech_tokens, voices_dir=voices_dir,
+                   plan_path=plan_path, backend=backend, threads=threads, as_json=as_json,
+                   mode="vc", prompt_wav=prompt_wav, source_wav=source_wav, command="vc")
 
 
 def _stream_to(synth_, output, fmt, text, speaker, options: dict) -> dict:
@@ -579,8 +750,9 @@ from cosyvino.cli.convert import convert  # noqa: E402
 from cosyvino.cli.plan import plan  # noqa: E402
 from cosyvino.cli.quantize import quantize  # noqa: E402
 from cosyvino.cli.serve import serve  # noqa: E402
+from cosyvino.cli.voices import voices  # noqa: E402
 
-for _command in (convert, bench, quantize, serve, plan):
+for _command in (convert, bench, quantize, serve, plan, voices):
     main.add_command(_command)
 
 

@@ -67,6 +67,12 @@ def _is_loopback(host: str) -> bool:
               show_default=True)
 @click.option("--cache-disk-mb", type=click.FloatRange(min=0), default=1024.0,
               show_default=True)
+@click.option("--voices-dir", type=click.Path(file_okay=False), default=None,
+              help="Where registered voices are kept (default: MODEL_DIR/voices; give a "
+                   "writable dir when the model dir is read-only).")
+@click.option("--max-upload-mb", type=click.FloatRange(min=1), default=32.0, show_default=True,
+              help="Body limit of the endpoints that take recordings (zero-shot, "
+                   "cross-lingual, vc, POST /v1/audio/voices); 413 beyond it.")
 @click.option("--num-speech-tokens", type=click.IntRange(min=1), default=None, hidden=True,
               help="Force this many speech tokens per segment (benchmarks/tests).")
 @click.option("--no-warmup", is_flag=True, hidden=True)
@@ -75,7 +81,8 @@ def _is_loopback(host: str) -> bool:
 @click.pass_context
 def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend, threads,
           max_sessions, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
-          cache_memory_mb, cache_disk_mb, num_speech_tokens, no_warmup, log_level):
+          cache_memory_mb, cache_disk_mb, voices_dir, max_upload_mb, num_speech_tokens,
+          no_warmup, log_level):
     """Serve speech over HTTP: OpenAI /v1/audio/speech and CosyVoice /inference_sft.
 
     See docs/server.md for every endpoint with curl examples.
@@ -106,6 +113,7 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
             metrics_auth=metrics_auth, drain_timeout=drain_timeout,
             cache_dir=None if no_cache else (cache_dir or _default_cache_dir()),
             cache_memory_mb=0.0 if no_cache else cache_memory_mb, cache_disk_mb=cache_disk_mb,
+            voices_dir=voices_dir, max_upload_bytes=int(max_upload_mb * (1 << 20)),
             num_speech_tokens=num_speech_tokens, warmup=not no_warmup, source=source,
             **settings).validate()
     except CosyvinoError as e:

@@ -23,8 +23,9 @@ log = logging.getLogger("cosyvino.server")
 
 MAGIC = b"CVCACHE1"
 _HEADER = len(MAGIC) + 32
-#: bump when the bytes for the same inputs change (encoders, join rule, int16 rule)
-CACHE_VERSION = 2
+#: bump when the bytes for the same inputs change (encoders, join rule, int16 rule) or the
+#: key's parts change (3: the voice by its bundle digest, the mode inputs)
+CACHE_VERSION = 3
 
 
 def model_fingerprint(model_dir: str, backend: str) -> str:
@@ -52,6 +53,21 @@ def cache_key(**parts) -> str:
     blob = json.dumps({"v": CACHE_VERSION, **parts}, sort_keys=True, ensure_ascii=False,
                       separators=(",", ":"), default=repr)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def request_inputs_key(request) -> dict:
+    """The cache-key parts of a validated :class:`cosyvino.request.SynthesisRequest` beyond
+    text, speed, seed and format: ``mode``, ``voice`` (:meth:`cosyvino.voices.Voice.digest`:
+    embedding, prompt tokens, prompt mel and prompt text, so a voice registered again under
+    the same name, or an uploaded prompt, is keyed by its bundle), ``prompt_text``,
+    ``instruction`` and ``source`` (SHA-256 of the source recording's speech tokens, vc)."""
+    voice = request.voice
+    tokens = request.speech_tokens
+    return {"mode": request.mode,
+            "voice": None if voice is None else voice.digest(),
+            "prompt_text": request.prompt_text, "instruction": request.instruction,
+            "source": None if tokens is None else hashlib.sha256(
+                tokens.astype("<i8").tobytes()).hexdigest()}
 
 
 class ResultCache:

@@ -39,6 +39,13 @@ class ServerConfig:
     cache_memory_mb: float = 64.0
     cache_disk_mb: float = 1024.0
     max_body_bytes: int = 1 << 20
+    #: body limit of the endpoints that take recordings (``/inference_zero_shot``,
+    #: ``_cross_lingual``, ``_vc``, ``POST /v1/audio/voices``): 32 MiB holds two 30 s
+    #: recordings (the prompt limit, :data:`cosyvino.prompt_audio.MAX_SECONDS`) as 48 kHz
+    #: stereo float WAV (11.5 MB each); every other endpoint keeps ``max_body_bytes``
+    max_upload_bytes: int = 32 << 20
+    #: where registered voices are kept (None: ``<model_dir>/voices``, the library default)
+    voices_dir: str | None = None
     #: force this many speech tokens per segment (benchmarks, tests); None = model decides
     num_speech_tokens: int | None = None
     #: warm-up synthesis before /ready turns true
@@ -56,6 +63,9 @@ class ServerConfig:
             raise InputError(f"request timeout must be > 0, got {self.request_timeout}")
         if self.drain_timeout is not None and not self.drain_timeout >= 0:
             raise InputError(f"drain timeout must be >= 0, got {self.drain_timeout}")
+        if self.max_upload_bytes < self.max_body_bytes:
+            raise InputError(f"max upload bytes ({self.max_upload_bytes}) must be at least the "
+                             f"body limit ({self.max_body_bytes})")
         if self.metrics_auth and not self.api_key:
             raise InputError("protecting /metrics needs an API key (--api-key or "
                              "COSYVINO_API_KEY)")

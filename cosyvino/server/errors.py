@@ -57,17 +57,66 @@ def not_ready_error(e: NotReady) -> APIError:
                     headers={"Retry-After": "5"})
 
 
-def input_error(e: InputError, text_param: str, voice_param: str) -> APIError:
+def input_error(e: InputError, text_param: str, voice_param: str,
+                fields: dict | None = None) -> APIError:
     """400 for a request the engine rejected; ``text_param`` / ``voice_param`` are the
     endpoint's names of the text and voice fields (``input``/``voice`` or
-    ``tts_text``/``spk_id``)."""
-    if isinstance(e, UnknownSpeakerError):
-        return APIError(400, str(e), param=voice_param, code="unknown_voice")
-    if isinstance(e, EmptyTextError):
-        return APIError(400, str(e), param=text_param, code="empty_input")
+    ``tts_text``/``spk_id``), ``fields`` its names of the mode inputs (``prompt_audio``,
+    ``source_audio``, ``prompt_text``, ``instruction`` -> field name).
+
+    Codes: ``unknown_voice``, ``empty_input``, ``invalid_audio`` (bad prompt / source
+    recording: :class:`cosyvino.prompt_audio.PromptAudioError`, the message names the problem
+    and the limit), ``unsupported_mode`` (the model does not offer the mode asked for),
+    ``invalid_value``."""
+    from ..prompt_audio import PromptAudioError
+
+    fields = fields or {}
     msg = str(e)
+    if isinstance(e, UnknownSpeakerError):
+        return APIError(400, msg, param=voice_param, code="unknown_voice")
+    if isinstance(e, EmptyTextError):
+        return APIError(400, msg, param=text_param, code="empty_input")
+    if isinstance(e, PromptAudioError):
+        key = "source_audio" if msg.startswith("source audio") else "prompt_audio"
+        return APIError(400, msg, param=fields.get(key, key), code="invalid_audio")
+    if msg.startswith("mode ") and "is not supported by this model" in msg:
+        return APIError(400, msg, code="unsupported_mode")
+    # a mode input that is missing or not taken: the message starts with its library name,
+    # or names it as "mode 'x' needs <input>"
+    for key in ("source_audio", "prompt_audio", "prompt_text", "instruction"):
+        if msg.startswith(key) or f"needs {key}" in msg:
+            return APIError(400, msg, param=fields.get(key, key), code="invalid_value")
     param = "speed" if "speed" in msg else "seed" if "seed" in msg else text_param
     return APIError(400, msg, param=param, code="invalid_value")
+
+
+def voice_error(e: Exception, *, name_param: str = "name",
+                file_param: str = "file") -> APIError:
+    """What a voice-management failure becomes: 409 ``voice_exists``
+    (:class:`~cosyvino.voice_store.VoiceExistsError`), 404 ``voice_not_found``
+    (:class:`~cosyvino.voice_store.UnknownVoiceError`), 400 ``invalid_voice_name`` /
+    ``invalid_audio`` / ``invalid_value``, 500 ``voice_store_error`` (the store cannot be
+    written: a server-side problem)."""
+    from ..prompt_audio import PromptAudioError
+    from ..voice_store import (InvalidVoiceNameError, UnknownVoiceError, VoiceExistsError,
+                               VoiceStoreError)
+
+    msg = str(e)
+    if isinstance(e, VoiceExistsError):
+        return APIError(409, msg, param=name_param, code="voice_exists")
+    if isinstance(e, UnknownVoiceError):
+        return APIError(404, msg, param=name_param, code="voice_not_found")
+    if isinstance(e, InvalidVoiceNameError):
+        return APIError(400, msg, param=name_param, code="invalid_voice_name")
+    if isinstance(e, PromptAudioError):
+        return APIError(400, msg, param=file_param, code="invalid_audio")
+    if isinstance(e, VoiceStoreError):
+        return APIError(500, msg, type_="server_error", code="voice_store_error")
+    if isinstance(e, InputError):
+        param = "text" if "prompt_text" in msg else None
+        return APIError(400, msg, param=param, code="invalid_value")
+    return APIError(500, f"voice registration failed: {e}", type_="server_error",
+                    code="voice_store_error")
 
 
 def timeout_error(seconds: float) -> APIError:
@@ -77,9 +126,9 @@ def timeout_error(seconds: float) -> APIError:
 
 
 def synthesis_error(e: BaseException, text_param: str = "input",
-                    voice_param: str = "voice") -> APIError:
+                    voice_param: str = "voice", fields: dict | None = None) -> APIError:
     """What a failure reported by the engine becomes: 400 for bad input, else 500."""
     if isinstance(e, InputError):
-        return input_error(e, text_param, voice_param)
+        return input_error(e, text_param, voice_param, fields)
     return APIError(500, f"synthesis failed: {e}", type_="server_error",
                     code="synthesis_failed")

@@ -143,7 +143,8 @@ class WorkEstimator:
     """Expected speech and wall seconds of requests, from rates measured online.
 
     * speech seconds (at speed 1) of a request: ``segments * num_speech_tokens /``
-      :data:`TOKENS_PER_SECOND` when the token count is forced, else ``text_units(text) *``
+      :data:`TOKENS_PER_SECOND` when the token count is forced, the speech tokens given (voice
+      conversion: the source's) over :data:`TOKENS_PER_SECOND`, else ``text_units(text) *``
       the measured speech seconds per unit (completed requests; prior
       :data:`SPEECH_SECONDS_PER_UNIT`);
     * wall seconds: speech seconds times the measured wall seconds per speech second, observed
@@ -182,6 +183,8 @@ class WorkEstimator:
         """Expected seconds of speech of a validated request, at speed 1 (>= 0)."""
         if request.num_speech_tokens:
             return max(1, segments) * request.num_speech_tokens / TOKENS_PER_SECOND
+        if request.speech_tokens is not None:  # voice conversion: the source's tokens
+            return request.speech_tokens.size / TOKENS_PER_SECOND
         return text_units(request.text) * self.speech_per_unit
 
     def observe_chunk(self, wall: float, speech_seconds: float) -> None:
@@ -288,8 +291,9 @@ class SynthesisPool:
             if self.config.warmup:
                 start = time.perf_counter()
                 s = self.synths[0]
-                s.synthesize("Hello.", s.speakers[0], seed=0, num_speech_tokens=4)
-                log.info("warm-up synthesis %.2f s", time.perf_counter() - start)
+                if s.speakers:  # a model without built-in speakers has no voice to warm up
+                    s.synthesize("Hello.", s.speakers[0], seed=0, num_speech_tokens=4)
+                    log.info("warm-up synthesis %.2f s", time.perf_counter() - start)
             self.ready.set()
         except BaseException as e:  # noqa: BLE001 - reported by /ready and every request
             self.load_error = e
@@ -304,7 +308,9 @@ class SynthesisPool:
         start = time.perf_counter()
         # `cosyvino serve` without a model dir: the CLI's default path (created once, loudly)
         model_dir = c.model_dir or ensure_default_model()
-        first = Synthesizer(model_dir, backend=c.backend, num_threads=c.threads,
+        # every instance on the same voice store: a voice registered through one is seen by all
+        voices = {} if c.voices_dir is None else {"voices_dir": c.voices_dir}
+        first = Synthesizer(model_dir, backend=c.backend, num_threads=c.threads, **voices,
                             **c.backend_options)
         if n == 1:
             out = [first]
@@ -313,8 +319,10 @@ class SynthesisPool:
             first.set_max_parallel(n)
             out = [first]
         else:
-            out = [first] + [Synthesizer(model_dir, backend=c.backend,
-                                         num_threads=c.threads, **c.backend_options)
+            # the prompt models (~0.5 GB full size) are loaded once and shared
+            out = [first] + [Synthesizer(model_dir, backend=c.backend, num_threads=c.threads,
+                                         prompt_encoder=first.prompt_encoder, **voices,
+                                         **c.backend_options)
                              for _ in range(n - 1)]
         log.info("loaded %d model instance(s) for %d session(s) on %s in %.1f s", len(out), n,
                  c.backend, time.perf_counter() - start)

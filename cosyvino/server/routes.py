@@ -1,5 +1,7 @@
-"""The HTTP app: OpenAI-compatible ``/v1/audio/speech``, CosyVoice-compatible
-``/inference_sft``, health/readiness and Prometheus metrics. See docs/server.md.
+"""The HTTP app: OpenAI-compatible ``/v1/audio/speech`` and voice management
+(``/v1/audio/voices``), the CosyVoice-compatible ``/inference_sft``, ``/inference_zero_shot``,
+``/inference_cross_lingual``, ``/inference_instruct`` and ``/inference_vc``, health/readiness
+and Prometheus metrics. See docs/server.md.
 
 A synthesis request goes: body -> :mod:`.schemas` (400) -> validation on the loaded model
 (:meth:`SynthesisPool.prepare`, 400) -> result cache (seeded requests) -> a place in the pool
@@ -23,13 +25,15 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..errors import InputError
-from .cache import ResultCache, cache_key, model_fingerprint
+from ..errors import CosyvinoError, InputError, UnknownSpeakerError
+from .cache import ResultCache, cache_key, model_fingerprint, request_inputs_key
 from .config import ServerConfig
-from .errors import APIError, busy_error, input_error, not_ready_error, too_long_error
+from .errors import (APIError, busy_error, input_error, not_ready_error, too_long_error,
+                     voice_error)
 from .metrics import Metrics, MetricsMiddleware
 from .pool import Busy, NotReady, SynthesisPool, TooLong
-from .schemas import SftForm, SpeechParams, normalize_for_key, parse, parse_speech_request
+from .schemas import (CrossLingualForm, InstructForm, SftForm, SpeechParams, VcForm, VoiceForm,
+                      ZeroShotForm, normalize_for_key, parse, parse_speech_request)
 from .streaming import SynthesisResponse, cached_response
 
 log = logging.getLogger("cosyvino.server")
@@ -156,14 +160,42 @@ async def sft_fields(request: Request, raw: bytes) -> dict:
 
 
 async def _multipart(request: Request, raw: bytes) -> dict:
+    return (await _multipart_parts(request, raw))[0]
+
+
+async def _multipart_parts(request: Request, raw: bytes) -> tuple[dict, dict]:
+    """(text fields, files: name -> bytes) of a multipart body already read."""
     from starlette.requests import Request as StarletteRequest
 
     async def receive():
         return {"type": "http.request", "body": raw, "more_body": False}
 
     replay = StarletteRequest(request.scope, receive)
-    form = await replay.form()
-    return {k: v for k, v in form.items() if isinstance(v, str)}
+    try:
+        form = await replay.form()
+    except Exception as e:  # noqa: BLE001 - starlette's MultiPartException and parse errors
+        raise APIError(400, f"malformed multipart body: {e}", code="invalid_body") from None
+    fields, files = {}, {}
+    try:
+        for key, value in form.multi_items():
+            if isinstance(value, str):
+                fields[key] = value
+            else:
+                files[key] = await value.read()
+    finally:
+        await form.close()
+    return fields, files
+
+
+async def upload_fields(request: Request, raw: bytes) -> tuple[dict, dict]:
+    """The fields and uploaded files of a CosyVoice-compatible endpoint that takes recordings:
+    the query string, updated by the body's fields (multipart, what the official client
+    sends; or urlencoded / JSON, which carry no files). Returns (fields, files: name ->
+    bytes)."""
+    if request.headers.get("content-type", "").startswith("multipart/form-data") and raw:
+        fields, files = await _multipart_parts(request, raw)
+        return {**dict(request.query_params), **fields}, files
+    return await sft_fields(request, raw), {}
 
 
 # ---- app -------------------------------------------------------------------------------------
@@ -220,15 +252,19 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             request, segments = await run_in_threadpool(state.pool.validate,
                                                         p.request(n_tokens))
         except InputError as e:
-            raise input_error(e, p.text_param, p.voice_param) from None
+            raise input_error(e, p.text_param, p.voice_param, dict(p.fields)) from None
         except NotReady as e:
             raise not_ready_error(e) from None
+        except CosyvinoError as e:  # a stored voice that failed its checks, prompt models
+            raise _server_side_error(e, p.voice_param) from None
         key = None
         if p.seed is not None and state.cache is not None:
+            # the voice by what it feeds the model (a re-registered name is another voice)
+            # and the mode inputs of the validated request (prompt bundle, source tokens)
             key = cache_key(model=state.fingerprint, text=normalize_for_key(p.text),
-                            voice=p.voice, speed=p.speed, format=p.fmt, seed=p.seed,
+                            speed=p.speed, format=p.fmt, seed=p.seed,
                             tokens=n_tokens, sampling=repr(synth.config.llm.sampling),
-                            hops=p.hop_schedule)
+                            hops=p.hop_schedule, **request_inputs_key(request))
             data = await run_in_threadpool(state.cache.get, key)
             if data is not None:
                 state.metrics.cache_hits.inc()
@@ -250,7 +286,14 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         check_auth(request)
         body = json_body(await read_body(request, config.max_body_bytes))
         synth = state.synth()
-        return await start_synthesis(parse_speech_request(body, synth.speakers[0]))
+        p = parse_speech_request(body, synth.speakers[0] if synth.speakers else None)
+        if p.instruction is not None and "instruct" not in synth.modes:
+            # never silently ignored: only an Instruct model follows instructions
+            raise APIError(400, "'instructions' needs an Instruct model (mode 'instruct', e.g. "
+                           f"CosyVoice-300M-Instruct); this model's modes: "
+                           f"{', '.join(synth.modes)}", param="instructions",
+                           code="unsupported_mode")
+        return await start_synthesis(p)
 
     @app.get("/v1/models")
     async def models(request: Request):
@@ -266,8 +309,53 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
     async def voices(request: Request):
         check_auth(request)
         synth = state.synth()
-        return {"object": "list", "voices": synth.speakers,
-                "data": [{"id": v, "name": v, "object": "voice"} for v in synth.speakers]}
+        objects = await run_in_threadpool(_voice_objects, synth)
+        return {"object": "list", "voices": [v["id"] for v in objects], "data": objects}
+
+    @app.post("/v1/audio/voices")
+    async def add_voice(request: Request):
+        check_auth(request)
+        fields, files = await upload_fields(
+            request, await read_body(request, config.max_upload_bytes))
+        form = parse(VoiceForm, fields)
+        data = files.get("file")
+        if data is None:
+            raise APIError(400, "missing required file 'file' (the prompt recording; send a "
+                           "multipart/form-data body with 'name', 'file' and optionally "
+                           "'text', its transcript)", param="file",
+                           code="missing_required_parameter")
+        synth = state.synth()
+        try:
+            await run_in_threadpool(lambda: synth.add_voice(form.name, data, form.text,
+                                                            overwrite=form.overwrite))
+            return await run_in_threadpool(_voice_object, synth, form.name)
+        except CosyvinoError as e:
+            raise voice_error(e) from None
+
+    @app.get("/v1/audio/voices/{voice_id}")
+    async def get_voice(voice_id: str, request: Request):
+        check_auth(request)
+        synth = state.synth()
+        try:
+            return await run_in_threadpool(_voice_object, synth, voice_id)
+        except UnknownSpeakerError as e:
+            raise APIError(404, str(e), param="voice_id", code="voice_not_found") from None
+        except CosyvinoError as e:
+            raise voice_error(e, name_param="voice_id") from None
+
+    @app.delete("/v1/audio/voices/{voice_id}")
+    async def delete_voice(voice_id: str, request: Request):
+        check_auth(request)
+        synth = state.synth()
+        if voice_id in synth.speakers:
+            raise APIError(400, f"{voice_id!r} is a built-in speaker of the model; only "
+                           "registered voices can be deleted", param="voice_id",
+                           code="builtin_voice")
+        try:
+            await run_in_threadpool(synth.remove_voice, voice_id)
+        except CosyvinoError as e:
+            raise voice_error(e, name_param="voice_id") from None
+        return {"id": voice_id, "object": "voice", "deleted": True}
 
     # ---- CosyVoice-compatible ----------------------------------------------------------------
     @app.api_route("/inference_sft", methods=["GET", "POST"])
@@ -276,8 +364,30 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         fields = await sft_fields(request, await read_body(request, config.max_body_bytes))
         form = parse(SftForm, fields)
         # no spk_id: the model's first speaker (which needs the model loaded)
-        default_voice = state.synth().speakers[0] if form.spk_id is None else ""
+        synth = state.synth()
+        default_voice = (synth.speakers[0] if synth.speakers else None) \
+            if form.spk_id is None else ""
         return await start_synthesis(form.params(default_voice))
+
+    def cosyvoice_mode_endpoint(path: str, form_cls, takes_files: bool):
+        """One of the official server's prompt / instruct endpoints (GET or POST; fields from
+        the query string and the body, files as multipart uploads)."""
+
+        async def endpoint(request: Request):
+            check_auth(request)
+            limit = config.max_upload_bytes if takes_files else config.max_body_bytes
+            fields, files = await upload_fields(request, await read_body(request, limit))
+            form = parse(form_cls, fields)
+            state.synth()  # 503 while loading, before anything else is read
+            return await start_synthesis(form.params(files))
+
+        endpoint.__name__ = path.strip("/")
+        app.api_route(path, methods=["GET", "POST"])(endpoint)
+
+    cosyvoice_mode_endpoint("/inference_zero_shot", ZeroShotForm, True)
+    cosyvoice_mode_endpoint("/inference_cross_lingual", CrossLingualForm, True)
+    cosyvoice_mode_endpoint("/inference_instruct", InstructForm, False)
+    cosyvoice_mode_endpoint("/inference_vc", VcForm, True)
 
     # ---- operations --------------------------------------------------------------------------
     @app.get("/health")
@@ -307,6 +417,41 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
                         media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _voice_object(synth, name: str) -> dict:
+    """The voice object of ``/v1/audio/voices``: ``id`` (what ``voice`` takes), ``name``,
+    ``object`` ``"voice"``, ``builtin``, and for a registered voice ``prompt_text``,
+    ``prompt_seconds``, ``prompt_tokens``, ``created``, ``sha256``. Raises as
+    :meth:`Synthesizer.voice_info`."""
+    info = synth.voice_info(name)
+    keys = ("builtin",) if info.get("builtin") else (
+        "builtin", "prompt_text", "prompt_seconds", "prompt_tokens", "created", "sha256")
+    return {"id": name, "name": name, "object": "voice", **{k: info.get(k) for k in keys}}
+
+
+def _voice_objects(synth) -> list[dict]:
+    """Every voice a request may name: built-in speakers, then registered voices (sorted);
+    a stored voice whose file fails its checks is left out (the store logs it)."""
+    out = []
+    for name in synth.voices:
+        try:
+            out.append(_voice_object(synth, name))
+        except CosyvinoError:
+            continue
+    return out
+
+
+def _server_side_error(e: CosyvinoError, voice_param: str) -> APIError:
+    """A validation failure that is not the request's fault as such: a stored voice whose
+    file is unusable (400 ``corrupt_voice``: register it again) or the prompt models failing
+    (500)."""
+    from ..voice_store import CorruptVoiceError
+
+    if isinstance(e, CorruptVoiceError):
+        return APIError(400, str(e), param=voice_param, code="corrupt_voice")
+    return APIError(500, f"synthesis failed: {e}", type_="server_error",
+                    code="synthesis_failed")
 
 
 def _error_handlers(app: FastAPI) -> None:

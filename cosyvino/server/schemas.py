@@ -1,6 +1,7 @@
 """Request bodies of the synthesis endpoints: the OpenAI ``/v1/audio/speech`` JSON body and the
-CosyVoice ``/inference_sft`` fields, each a pydantic model, both turned into one
-:class:`SpeechParams`.
+CosyVoice ``/inference_sft`` / ``_zero_shot`` / ``_cross_lingual`` / ``_instruct`` / ``_vc``
+fields, each a pydantic model, all turned into one :class:`SpeechParams`; and the fields of
+``POST /v1/audio/voices`` (:class:`VoiceForm`).
 
 Every field check raises its own error (``code`` + message, as the API has always answered);
 :func:`parse` turns the first one, in field order, into an :class:`~.errors.APIError` (400).
@@ -41,11 +42,18 @@ class SpeechParams:
         stream_format: ``audio`` (the bytes) or ``sse`` (OpenAI server-sent events).
         hop_schedule: how audio is cut into chunks (:data:`cosyvino.request.HOP_SCHEDULES`;
             ``latency`` = the earliest first chunk).
-        text_param / voice_param: the endpoint's names of the text and voice fields, for errors.
+            text_param / voice_param: the endpoint's names of the text and voice fields, for errors.
+        mode: the synthesis mode the endpoint asks for (None: the first that fits the inputs,
+            :class:`cosyvino.request.SynthesisRequest`).
+        prompt_audio / source_audio: the uploaded prompt / source recording (the file's bytes;
+            any format :mod:`cosyvino.prompt_audio` reads), or None.
+        prompt_text / instruction: the prompt transcript / the instruction, or None.
+        fields: the endpoint's names of the mode inputs (``prompt_audio``, ``source_audio``,
+            ``prompt_text``, ``instruction`` -> field name), for errors.
     """
 
     text: str
-    voice: str
+    voice: str | None
     fmt: str
     speed: float
     seed: int | None
@@ -53,16 +61,28 @@ class SpeechParams:
     text_param: str = "input"
     voice_param: str = "voice"
     hop_schedule: str = "latency"
+    mode: str | None = None
+    prompt_audio: bytes | None = None
+    prompt_text: str | None = None
+    source_audio: bytes | None = None
+    instruction: str | None = None
+    fields: tuple[tuple[str, str], ...] = ()
 
     @property
     def sse(self) -> bool:
         return self.stream_format == "sse"
 
+    def field(self, name: str) -> str:
+        """The endpoint's name of mode input ``name`` (default: ``name`` itself)."""
+        return dict(self.fields).get(name, name)
+
     def request(self, num_speech_tokens: int | None = None) -> SynthesisRequest:
         """The engine request (``num_speech_tokens``: the server's forced count, if any)."""
         return SynthesisRequest(text=self.text, voice=self.voice, speed=self.speed,
                                 seed=self.seed, num_speech_tokens=num_speech_tokens,
-                                streaming=StreamingOptions(self.hop_schedule))
+                                streaming=StreamingOptions(self.hop_schedule), mode=self.mode,
+                                prompt_audio=self.prompt_audio, prompt_text=self.prompt_text,
+                                source_audio=self.source_audio, instruction=self.instruction)
 
 
 # ---- field checks ----------------------------------------------------------------------------
@@ -149,6 +169,19 @@ def parse(model: type[BaseModel], data) -> BaseModel:
 Str = Annotated[str, _typed((str,))]
 
 
+def _voice_id(value):
+    """``voice``: a string, or an object ``{"id": string, ...}`` (OpenAI's voice objects)."""
+    if isinstance(value, dict):
+        if "id" not in value:
+            raise _fail("invalid_value", "'voice' as an object needs an 'id' (e.g. "
+                        '{"id": "alice"})')
+        value = value["id"]
+    if not isinstance(value, str):
+        raise _fail("invalid_type", "'voice' must be a voice id (a string) or {\"id\": ...}, "
+                    f"got {type(value).__name__}")
+    return value
+
+
 class SpeechBody(BaseModel):
     """The JSON body of ``POST /v1/audio/speech`` (OpenAI's fields; unknown ones are ignored,
     ``null`` means absent)."""
@@ -158,15 +191,16 @@ class SpeechBody(BaseModel):
     #: any model id is accepted: one model per server
     model: Str | None = None
     input: Annotated[str, _typed((str,), _max_length)]
-    voice: Str | None = None
+    #: a voice id (built-in speaker or registered voice) or ``{"id": ...}``
+    voice: Annotated[str, BeforeValidator(_voice_id)] | None = None
     response_format: Annotated[str, _typed((str,), _one_of(
         SPEECH_FORMATS, "unsupported response_format {value!r}; choose one of "
         + ", ".join(SPEECH_FORMATS)))] = "mp3"
     speed: Annotated[float, _typed((int, float), _speed_range)] = 1.0
     stream_format: Annotated[str, _typed((str,), _one_of(
         STREAM_FORMATS, "unsupported stream_format {value!r}; choose audio or sse"))] = "audio"
-    #: accepted for compatibility; SFT models ignore it
-    instructions: Str | None = None
+    #: selects the instruct mode (an Instruct model; a 400 on any other); empty = absent
+    instructions: Annotated[str, _typed((str,), _max_length)] | None = None
     seed: Annotated[int, _typed((int,), _non_negative)] | None = None
     #: cosyvino extension: the token-hop schedule (first-chunk latency vs official parity)
     hop_schedule: Annotated[str, _typed((str,), _one_of(
@@ -180,14 +214,17 @@ class SpeechBody(BaseModel):
             raise PydanticCustomError("invalid_body", "request body must be a JSON object")
         return {k: v for k, v in data.items() if v is not None}
 
-    def params(self, default_voice: str) -> SpeechParams:
+    def params(self, default_voice: str | None) -> SpeechParams:
         voice = default_voice if self.voice is None else self.voice
+        instruction = self.instructions if self.instructions and self.instructions.strip() \
+            else None
         return SpeechParams(self.input, voice, self.response_format,
                             float(self.speed), self.seed, self.stream_format,
-                            hop_schedule=self.hop_schedule)
+                            hop_schedule=self.hop_schedule, instruction=instruction,
+                            fields=(("instruction", "instructions"),))
 
 
-def parse_speech_request(body, default_voice: str) -> SpeechParams:
+def parse_speech_request(body, default_voice: str | None) -> SpeechParams:
     """The :class:`SpeechParams` of a decoded ``/v1/audio/speech`` body. Raises APIError
     (400)."""
     return parse(SpeechBody, body).params(default_voice)
@@ -229,23 +266,136 @@ def _sft_schedule(value):
     return value
 
 
-class SftForm(BaseModel):
-    """The fields of ``/inference_sft`` (query string, form, multipart or JSON, merged; the
-    official client's names). A negative seed is left to the engine's validation."""
+class _CosyVoiceForm(BaseModel):
+    """Fields every CosyVoice-compatible endpoint takes besides its own (extensions of the
+    official server: ``speed``, ``seed``, ``hop_schedule``)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    tts_text: Annotated[str, BeforeValidator(_sft_text)]
-    spk_id: Annotated[str, BeforeValidator(str)] | None = None
     speed: Annotated[float, BeforeValidator(_sft_speed)] = 1.0
     seed: Annotated[int | None, BeforeValidator(_sft_seed)] = None
     hop_schedule: Annotated[str, BeforeValidator(_sft_schedule)] = "latency"
 
-    def params(self, default_voice: str) -> SpeechParams:
-        voice = default_voice if self.spk_id is None else self.spk_id
-        return SpeechParams(self.tts_text, voice, "raw", self.speed, self.seed, "audio",
+    def _params(self, text: str, voice: str | None, **mode_inputs) -> SpeechParams:
+        return SpeechParams(text, voice, "raw", self.speed, self.seed, "audio",
                             text_param="tts_text", voice_param="spk_id",
-                            hop_schedule=self.hop_schedule)
+                            hop_schedule=self.hop_schedule, **mode_inputs)
+
+
+class SftForm(_CosyVoiceForm):
+    """The fields of ``/inference_sft`` (query string, form, multipart or JSON, merged; the
+    official client's names). A negative seed is left to the engine's validation."""
+
+    tts_text: Annotated[str, BeforeValidator(_sft_text)]
+    spk_id: Annotated[str, BeforeValidator(str)] | None = None
+
+    def params(self, default_voice: str | None) -> SpeechParams:
+        # always the sft mode, as upstream's inference_sft: a registered voice's embedding
+        # alone (a registered voice named elsewhere runs zero-shot / cross-lingual)
+        voice = default_voice if self.spk_id is None else self.spk_id
+        return self._params(self.tts_text, voice, mode="sft")
+
+
+def _required(name: str):
+    """A before-validator: field ``name`` must be a non-empty string (form fields are
+    strings)."""
+    def check(value):
+        if value is None:
+            raise _fail("missing_required_parameter", f"missing required parameter '{name}'")
+        if not isinstance(value, str):
+            raise _fail("invalid_type", f"'{name}' must be a string")
+        if not value.strip():
+            raise _fail("invalid_value", f"'{name}' is empty")
+        return _max_length(value, name)
+
+    return BeforeValidator(check)
+
+
+#: the upload fields of the CosyVoice-compatible endpoints (mode input -> field name)
+UPLOAD_FIELDS = (("prompt_audio", "prompt_wav"), ("source_audio", "source_wav"),
+                 ("prompt_text", "prompt_text"), ("instruction", "instruct_text"))
+
+
+def _need_file(files: dict, name: str) -> bytes:
+    data = files.get(name)
+    if data is None:
+        raise APIError(400, f"missing required file '{name}' (a multipart/form-data upload)",
+                       param=name, code="missing_required_parameter")
+    return data
+
+
+class ZeroShotForm(_CosyVoiceForm):
+    """``/inference_zero_shot``: ``tts_text``, ``prompt_text`` and the file ``prompt_wav``."""
+
+    tts_text: Annotated[str, BeforeValidator(_sft_text)]
+    prompt_text: Annotated[str, _required("prompt_text")]
+
+    def params(self, files: dict) -> SpeechParams:
+        return self._params(self.tts_text, None, mode="zero_shot",
+                            prompt_audio=_need_file(files, "prompt_wav"),
+                            prompt_text=self.prompt_text, fields=UPLOAD_FIELDS)
+
+
+class CrossLingualForm(_CosyVoiceForm):
+    """``/inference_cross_lingual``: ``tts_text`` and the file ``prompt_wav``."""
+
+    tts_text: Annotated[str, BeforeValidator(_sft_text)]
+
+    def params(self, files: dict) -> SpeechParams:
+        return self._params(self.tts_text, None, mode="cross_lingual",
+                            prompt_audio=_need_file(files, "prompt_wav"), fields=UPLOAD_FIELDS)
+
+
+class InstructForm(_CosyVoiceForm):
+    """``/inference_instruct``: ``tts_text``, ``spk_id`` and ``instruct_text`` (Instruct
+    models)."""
+
+    tts_text: Annotated[str, BeforeValidator(_sft_text)]
+    spk_id: Annotated[str, _required("spk_id")]
+    instruct_text: Annotated[str, _required("instruct_text")]
+
+    def params(self, files: dict | None = None) -> SpeechParams:
+        return self._params(self.tts_text, self.spk_id, mode="instruct",
+                            instruction=self.instruct_text, fields=UPLOAD_FIELDS)
+
+
+class VcForm(_CosyVoiceForm):
+    """``/inference_vc``: the files ``source_wav`` (what is said) and ``prompt_wav`` (the
+    voice); no text."""
+
+    def params(self, files: dict) -> SpeechParams:
+        return self._params("", None, mode="vc", source_audio=_need_file(files, "source_wav"),
+                            prompt_audio=_need_file(files, "prompt_wav"), fields=UPLOAD_FIELDS)
+
+
+# ---- POST /v1/audio/voices -------------------------------------------------------------------
+def _flag(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0",
+                                                            "false", "no", "off", ""):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    raise _fail("invalid_value", f"'overwrite' must be true or false, got {value!r}")
+
+
+def _optional_text(value):
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None  # an empty transcript field = no transcript (cross-lingual voice)
+    if not isinstance(value, str):
+        raise _fail("invalid_type", "'text' must be a string")
+    return _max_length(value, "text")
+
+
+class VoiceForm(BaseModel):
+    """The fields of ``POST /v1/audio/voices`` (multipart): ``name``, the file ``file`` (checked
+    by the route), ``text`` (its transcript, optional: without it the voice runs
+    cross-lingual) and ``overwrite`` (replace a registered voice of that name)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: Annotated[str, _required("name")]
+    text: Annotated[str | None, BeforeValidator(_optional_text)] = None
+    overwrite: Annotated[bool, BeforeValidator(_flag)] = False
 
 
 def parse_sft_request(fields: dict, default_voice: str) -> SpeechParams:

@@ -166,7 +166,8 @@ class SynthesisResponse(Response):
             return
         except Exception as e:  # noqa: BLE001 - a submit the scheduler refused
             await self._send_error(send, synthesis_error(e, self.params.text_param,
-                                                         self.params.voice_param))
+                                                         self.params.voice_param,
+                                                         dict(self.params.fields)))
             return
         await self._stream(send, job, deadline, gone)
 
@@ -259,7 +260,8 @@ class SynthesisResponse(Response):
                                   reason="draining" if reason == "shutdown" else "queue_full"))
         else:
             reason = "error"
-            err = synthesis_error(value, self.params.text_param, self.params.voice_param)
+            err = synthesis_error(value, self.params.text_param, self.params.voice_param,
+                                  dict(self.params.fields))
         if not progress.started:
             await self._send_error(send, err)
             return

@@ -45,7 +45,8 @@ class CosyVoice1Program(Program):
     :class:`~.stages.CosyVoice1Stages`.
 
     Chunks are :class:`Audio` with ``stats`` keys ``segment`` / ``chunk`` (0-based),
-    ``is_last_in_segment``, ``speech_tokens`` (this chunk's new tokens), stage times and RTF.
+    ``is_last_in_segment``, ``speech_tokens`` (this chunk's new tokens), ``mode`` (the mode
+    that ran), ``hop_schedule``, ``seed``, stage times and RTF.
 
     Raises (at construction): EmptyTextError when the text has nothing speakable (unless the
     request vocodes given ``speech_tokens``).
@@ -276,7 +277,8 @@ class CosyVoice1Program(Program):
         if seg is not None and self._chunk_index == 0:
             audio.stats["text"] = seg.text
         audio.stats.update(segment=segment, chunk=self._chunk_index,
-                           is_last_in_segment=hop.finalize, seed=self.request.seed)
+                           is_last_in_segment=hop.finalize, seed=self.request.seed,
+                           mode=self.request.mode, hop_schedule=self.schedule)
         self._chunk_index += 1
         self._emitted += 1
         self._segment_started = time.perf_counter()
