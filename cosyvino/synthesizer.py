@@ -340,8 +340,12 @@ class Synthesizer:
                 **mode_inputs) -> SynthesisRequest:
         """The :class:`SynthesisRequest` that :meth:`stream` / :meth:`synthesize` run;
         ``mode_inputs``: ``mode``, ``prompt_text``, ``prompt_audio``, ``source_audio``,
-        ``instruction`` (see :class:`SynthesisRequest`). Raises TypeError for another
-        keyword."""
+        ``instruction`` (see :class:`SynthesisRequest`); ``voice=`` is accepted as another
+        name of ``speaker``. Raises TypeError for another keyword, or for both names."""
+        if "voice" in mode_inputs:
+            if speaker is not None:
+                raise TypeError("give speaker or voice, not both")
+            speaker = mode_inputs.pop("voice")
         return SynthesisRequest(text=text, voice=speaker, speed=speed, seed=seed,
                                 num_speech_tokens=num_speech_tokens,
                                 streaming=StreamingOptions(hop_schedule), **mode_inputs)

@@ -337,9 +337,10 @@ class VoiceStore(Mapping):
         with self._lock:
             taken = self._same_name(name)
             if taken is not None and not overwrite:
-                raise VoiceExistsError(f"a voice named {taken!r} is already registered; pass "
-                                       "overwrite=True to replace it, or pick another name",
-                                       name)
+                raise VoiceExistsError(f"a voice named {taken!r} is already registered; "
+                                       "replace it (add_voice(..., overwrite=True), `cosyvino "
+                                       "voices add --overwrite`, or the form field "
+                                       "overwrite=true) or pick another name", name)
         return name
 
     def add(self, voice: Voice, *, overwrite: bool = False) -> Voice:

@@ -201,3 +201,23 @@ def test_measure_prompt_on_the_tiny_model(tiny_model_dir):
     table = markdown([{"label": "torch", "mean": {"total_s": 1.0}, "prompt": r}], None)
     for label, key, fmt in PROMPT_ROWS:
         assert f"| {label} | {fmt.format(r[key])} |" in table
+
+
+def test_default_backends_leave_out_what_is_not_installed(monkeypatch):
+    from cosyvino.cli import bench as cli_bench
+
+    class Here:
+        reference = True
+
+        @classmethod
+        def is_available(cls):
+            return True, ""
+
+    class Missing:
+        @classmethod
+        def is_available(cls):
+            return False, "zeta is not installed"
+
+    monkeypatch.setattr("cosyvino.plugins.backend_classes",
+                        lambda: {"here": Here, "zeta": Missing})
+    assert cli_bench.default_backends() == "here"

@@ -381,3 +381,11 @@ def test_first_chunk_gets_the_cores_then_the_lanes_overlap(tts):
 def test_chunks_say_which_mode_and_schedule_ran(tts):
     chunk = next(iter(tts.stream("你好。", tts.speakers[0], seed=1, num_speech_tokens=10)))
     assert chunk.stats["mode"] == "sft" and chunk.stats["hop_schedule"] == "latency"
+
+
+def test_voice_keyword_is_another_name_of_speaker(tts):
+    a = tts.synthesize("你好。", tts.speakers[0], seed=3, num_speech_tokens=10)
+    b = tts.synthesize("你好。", voice=tts.speakers[0], seed=3, num_speech_tokens=10)
+    np.testing.assert_array_equal(a.samples, b.samples)
+    with pytest.raises(TypeError, match="not both"):
+        tts.request("你好。", tts.speakers[0], voice=tts.speakers[1])

@@ -250,3 +250,39 @@ def test_a_complete_stream_is_not_counted_as_cut(server, gate):
                        f'endpoint="/v1/audio/speech",reason="{reason}"')
                 for reason in ("error", "timeout", "shutdown", "cancelled"))
     assert after == before
+
+
+def test_a_request_cancelled_by_the_asgi_server_before_its_headers_gets_the_503():
+    """uvicorn cancels requests still open when its graceful shutdown runs out: one that has
+    sent nothing gets the documented 503 server_busy (not uvicorn's plain-text 500)."""
+    import asyncio as _asyncio
+    import json as _json
+
+    from cosyvino.server.streaming import SynthesisResponse
+
+    resp = SynthesisResponse.__new__(SynthesisResponse)
+    resp.cancel = threading.Event()
+    resp._headers_sent = False
+
+    async def never(send, gone):
+        raise _asyncio.CancelledError
+
+    resp._run = never
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        await _asyncio.sleep(3600)
+
+    async def main():
+        with pytest.raises(_asyncio.CancelledError):
+            await resp({"type": "http"}, receive, send)
+
+    _asyncio.run(main())
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 503
+    headers = dict(sent[0]["headers"])
+    assert headers[b"retry-after"] == b"5"
+    assert _json.loads(sent[1]["body"])["error"]["code"] == "server_busy"
+    assert resp.cancel.is_set()

@@ -29,13 +29,21 @@ def _converts(name: str) -> bool:
 
 
 def default_backends() -> str:
-    """Every registered backend, the reference backend(s) first (the table's speed-up
-    baseline), then by name."""
+    """Every registered backend whose runtime is installed, the reference backend(s) first
+    (the table's speed-up baseline), then by name."""
     from cosyvino.plugins import backend_classes
 
-    classes = backend_classes()
+    classes = {n: c for n, c in backend_classes().items() if _installed(c)}
     return ",".join(sorted(classes, key=lambda n: (not getattr(classes[n], "reference", False),
                                                    n)))
+
+
+def _installed(cls) -> bool:
+    """Whether ``cls``'s runtime is importable here (``cosyvino backends`` "available")."""
+    try:
+        return bool(cls.is_available()[0])
+    except Exception:  # noqa: BLE001 - a broken plugin is left out of the default list
+        return False
 
 
 def _split_subdir(spec: str) -> tuple[str, str | None]:

@@ -115,6 +115,7 @@ class SynthesisResponse(Response):
         self.key = key
         self.started = started
         self.cancel = threading.Event()  # disconnect / timeout / shutdown: stops the request
+        self._headers_sent = False
         self._scope: dict | None = None
 
     async def __call__(self, scope, receive, send):
@@ -133,11 +134,22 @@ class SynthesisResponse(Response):
         listener = asyncio.ensure_future(listen())
         try:
             await self._run(send, gone)
+        except asyncio.CancelledError:
+            # the ASGI server cancels requests still open when its graceful shutdown runs out
+            # (after our drain): one that sent nothing yet still gets the documented 503
+            if not self._headers_sent and not gone.is_set():
+                try:
+                    await self._send_error(send, busy_error(Busy(
+                        "server is shutting down", retry_after=5, reason="draining")))
+                except Exception:  # noqa: BLE001 - the connection may be gone already
+                    pass
+            raise
         finally:
             cancel.set()  # anything still running for us stops now (no-op when finished)
             listener.cancel()
 
     async def _send_error(self, send, err: APIError):
+        self._headers_sent = True
         body = json.dumps(err.body()).encode()
         headers = [(b"content-type", b"application/json"),
                    (b"content-length", str(len(body)).encode())]
@@ -180,6 +192,7 @@ class SynthesisResponse(Response):
             encoder.close()  # a cut stream's encoder (no-op once finished)
 
     async def _start(self, send, media: str) -> None:
+        self._headers_sent = True
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", media.encode()),
                                 (b"cache-control", b"no-store"),
