@@ -223,3 +223,18 @@ def test_prompt_and_voice_errors_are_reexported():
     assert cosyvino.Voice is Voice
     with pytest.raises(AttributeError):
         errors.NoSuchError  # noqa: B018
+
+
+def test_a_corrupt_registered_voice_is_named_as_such_before_loading(tiny_model_dir,
+                                                                    tmp_path):
+    """`-v NAME` whose stored file fails its checks: 'unusable, register it again', not
+    'unknown speaker' (trial finding)."""
+    store = tmp_path / "voices"
+    store.mkdir()
+    (store / "broken.npz").write_bytes(b"garbage")
+    r = run("synth", TEXT, "-v", "broken", "--model-dir", tiny_model_dir, "--voices-dir",
+            str(store), "-o", str(tmp_path / "x.wav"))
+    assert r.exit_code == 2, r.output
+    assert "voice 'broken' is registered but its file is unusable" in r.output
+    assert "--overwrite" in r.output and "unknown speaker" not in r.output
+    assert LOADING not in r.output

@@ -196,14 +196,23 @@ def _check_before_load(model_dir: str | None, text: str | None, speaker: str | N
     if speaker is not None:
         names = _speaker_names(model_dir, required=False)
         if names is not None and speaker not in names:
-            registered = _registered_voices(model_dir, voices_dir, family.name)
+            registered, skipped = _registered_voices(model_dir, voices_dir, family.name)
+            if speaker in skipped:  # stored, but its file failed the checks: say so
+                from cosyvino.voice_store import CorruptVoiceError
+
+                raise CorruptVoiceError(
+                    f"voice {speaker!r} is registered but its file is unusable "
+                    f"({skipped[speaker]}); register it again: cosyvino voices add "
+                    f"{speaker} --prompt-wav FILE --overwrite", model_dir)
             if speaker not in registered:
                 raise UnknownSpeakerError(speaker, names + registered)
 
 
-def _registered_voices(model_dir: str, voices_dir: str | None, family: str) -> list[str]:
+def _registered_voices(model_dir: str, voices_dir: str | None, family: str
+                       ) -> tuple[list[str], dict[str, str]]:
     """Names of the voices registered for ``model_dir`` (``voices_dir``, default
-    ``<model_dir>/voices``; the Synthesizer's rule), read without loading the model."""
+    ``<model_dir>/voices``; the Synthesizer's rule) and the stored ones whose files failed
+    their checks (name -> why), read without loading the model."""
     import warnings
 
     from cosyvino.voice_store import VoiceStore
@@ -211,7 +220,8 @@ def _registered_voices(model_dir: str, voices_dir: str | None, family: str) -> l
     directory = voices_dir or os.path.join(model_dir, "voices")
     with warnings.catch_warnings():  # a skipped file is reported by the Synthesizer later
         warnings.simplefilter("ignore")
-        return list(VoiceStore(directory, family=family).snapshot())
+        store = VoiceStore(directory, family=family)
+        return list(store.snapshot()), dict(store.skipped)
 
 
 def _speaker_names(model_dir: str, *, required: bool = True) -> list[str] | None:
