@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from dataclasses import dataclass
 from typing import BinaryIO, Union
 
@@ -144,6 +145,13 @@ def _describe(source) -> str:
     if isinstance(source, (bytes, bytearray, memoryview)):
         return f"<{len(source)} bytes>"
     return getattr(source, "name", None) or "<file object>"
+
+
+def _decoder_message(e: Exception) -> str:
+    """A decoder's error without the in-memory object it names (``<_io.BytesIO object at
+    0x...>``: a different address every call, noise for a client)."""
+    return re.sub(r"<_io\.\w+ object at 0x[0-9a-f]+>", "the data", str(e)).replace(
+        "'<none>'", "the data")
 
 
 def _reopen(source):
@@ -268,7 +276,7 @@ def read_audio(source: AudioSource, *, what: str = "prompt audio",
     except PromptAudioError:
         raise
     except Exception as e:  # soundfile.LibsndfileError / RuntimeError / TypeError ...
-        errors.append(f"soundfile: {e}")
+        errors.append(f"soundfile: {_decoder_message(e)}")
     if data is None:
         try:
             import av  # noqa: F401
@@ -280,7 +288,7 @@ def read_audio(source: AudioSource, *, what: str = "prompt audio",
             except PromptAudioError:
                 raise
             except Exception as e:  # av.error.InvalidDataError and friends
-                errors.append(f"PyAV: {e}")
+                errors.append(f"PyAV: {_decoder_message(e)}")
     if data is None:
         raise NotAudioError(f"{what}: {_describe(source)} is not a readable audio file "
                             f"(wav, flac, ogg, mp3, ...): {'; '.join(errors)}")

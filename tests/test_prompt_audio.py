@@ -246,3 +246,17 @@ def test_what_names_the_recording(tmp_path):
         load_prompt_audio(_file(tmp_path, "s.wav", _speechlike(0.2, 16000), 16000),
                           what="source audio")
     assert isinstance(load_prompt_audio(ZERO_SHOT), PromptAudio)
+
+
+def test_bytes_that_are_not_audio_name_no_object_address():
+    """The message of an upload that is not audio is the same every time (no
+    ``<_io.BytesIO object at 0x...>`` from the decoders; trial finding)."""
+    from cosyvino.prompt_audio import NotAudioError, load_prompt_audio
+
+    msgs = set()
+    for _ in range(2):
+        with pytest.raises(NotAudioError) as e:
+            load_prompt_audio(b"not audio at all, just text")
+        msgs.add(str(e.value))
+    (msg,) = msgs
+    assert "0x" not in msg and "<27 bytes>" in msg
