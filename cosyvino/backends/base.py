@@ -160,6 +160,18 @@ class Backend(abc.ABC):
     runs_onnx: ClassVar[bool] = False
 
     @classmethod
+    def check_onnx_runner_options(cls, options: dict, known) -> None:
+        """What every :meth:`onnx_runner` checks first: the runtime is installed and
+        ``options`` are among ``known``. Raises BackendError naming the problem."""
+        ok, why = cls.is_available()
+        if not ok:
+            raise BackendError(why)
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise BackendError(f"{cls.name}: unknown ONNX runner options {unknown}; known: "
+                               f"{list(known)}")
+
+    @classmethod
     def onnx_runner(cls, path: str, **options):
         """A runner of a plain ONNX file a checkpoint ships (CosyVoice: ``campplus.onnx``,
         ``speech_tokenizer_v1.onnx``): an object with ``run(inputs: list[np.ndarray]) ->

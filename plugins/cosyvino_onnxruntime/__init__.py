@@ -180,13 +180,7 @@ class ONNXRuntimeBackend(Backend):
             ModelDirError: ``path`` is missing or not a readable ONNX model (names it).
             BackendError: onnxruntime is not installed, or a bad option.
         """
-        ok, why = cls.is_available()
-        if not ok:
-            raise BackendError(why)
-        unknown = sorted(set(options) - set(ONNX_RUNNER_OPTIONS))
-        if unknown:
-            raise BackendError(f"{cls.name}: unknown ONNX runner options {unknown}; known: "
-                               f"{list(ONNX_RUNNER_OPTIONS)}")
+        cls.check_onnx_runner_options(options, ONNX_RUNNER_OPTIONS)
         from .onnx_runner import ORTOnnxRunner
 
         return ORTOnnxRunner(path, **options)

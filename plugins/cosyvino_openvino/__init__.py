@@ -297,13 +297,7 @@ class OpenVINOBackend(Backend):
             ModelDirError: ``path`` is missing or not a readable ONNX model (names it).
             BackendError: openvino is not installed, a bad option, or compiling failed.
         """
-        ok, why = cls.is_available()
-        if not ok:
-            raise BackendError(why)
-        unknown = sorted(set(options) - set(ONNX_RUNNER_OPTIONS))
-        if unknown:
-            raise BackendError(f"{cls.name}: unknown ONNX runner options {unknown}; known: "
-                               f"{list(ONNX_RUNNER_OPTIONS)}")
+        cls.check_onnx_runner_options(options, ONNX_RUNNER_OPTIONS)
         from .onnx_runner import OpenVINOOnnxRunner
 
         return OpenVINOOnnxRunner(path, **options)
