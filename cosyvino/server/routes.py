@@ -416,6 +416,9 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         return Response(generate_latest(state.metrics.registry),
                         media_type=CONTENT_TYPE_LATEST)
 
+    from .webpage import add_web_routes
+
+    add_web_routes(app, state, config)
     return app
 
 
