@@ -260,12 +260,14 @@ def _row(tts, audio) -> dict:
 
 def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
                options: dict, stream_runs: int = 3, prompt_wav: str | None = None,
-               prompt_runs: int = 3) -> dict:
+               prompt_runs: int = 3, ode_steps=()) -> dict:
     """Load ``backend``, warm up, synthesize TEXTS with ``tokens`` forced tokens; averages.
     Then, unless ``stream_runs`` is 0, the streaming rows (:func:`measure_stream`) for
     STREAM_TEXTS x STREAM_SCHEDULES; and, on a model offering ``zero_shot`` and unless
     ``prompt_runs`` is 0, the voice-cloning rows (:func:`measure_prompt` on a 5 s clip of
-    ``prompt_wav``, None: :func:`default_prompt_wav` or the stand-in)."""
+    ``prompt_wav``, None: :func:`default_prompt_wav` or the stand-in); for ``ode_steps``
+    (CFM step counts), :func:`cosyvino.bench_extras.measure_ode_steps`. The kernels the
+    backend ran, when its stages report them (``kernel_isas()``)."""
     from .synthesizer import Synthesizer
 
     t0 = time.perf_counter()
@@ -305,7 +307,15 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
         source = prompt_wav or default_prompt_wav()
         prompt = measure_prompt(tts, prompt_clip(source), tokens, prompt_runs)
         prompt["source"] = source or "stand-in"
-    return {"backend": backend, "streaming": streaming, "prompt": prompt,
+    ode = []
+    if ode_steps:
+        from .bench_extras import measure_ode_steps
+
+        speaker = TEXTS[0][1] if TEXTS[0][1] in tts.speakers else tts.speakers[0]
+        ode = measure_ode_steps(tts, TEXTS[0][2], speaker, tokens, ode_steps)
+    kernels = getattr(tts.stages, "kernel_isas", None)
+    return {"backend": backend, "streaming": streaming, "prompt": prompt, "ode_steps": ode,
+            "kernels": kernels() if kernels else None,
             "options": options, "threads": threads,
             "load_s": load_s, "peak_rss_mb": peak_rss_mb(), "load_peak_rss_mb": load_peak,
             "rows": rows, "mean": mean,
@@ -335,10 +345,13 @@ def module_subprocess_env() -> dict:
 
 def run_backend_subprocess(backend: str, model_dir: str, tokens: int, threads: int | None,
                            options: dict, timeout: float = 3600, stream_runs: int = 3,
-                           prompt_wav: str | None = None, prompt_runs: int = 3) -> dict:
+                           prompt_wav: str | None = None, prompt_runs: int = 3,
+                           ode_steps=()) -> dict:
     cmd = [sys.executable, "-m", "cosyvino.bench", "--worker", backend, "--model-dir",
            model_dir, "--tokens", str(tokens), "--options", json.dumps(options),
            "--stream-runs", str(stream_runs), "--prompt-runs", str(prompt_runs)]
+    if ode_steps:
+        cmd += ["--ode-steps", ",".join(str(n) for n in ode_steps)]
     if prompt_wav:
         cmd += ["--prompt-wav", os.path.abspath(prompt_wav)]
     if threads:
@@ -381,7 +394,9 @@ def roofline(config, results: list[dict], tokens: int) -> dict:
     return out
 
 
-def markdown(results: list[dict], roof: dict | None) -> str:
+def markdown(results: list[dict], roof: dict | None, estimator: dict | None = None) -> str:
+    """The table; ``estimator``: {"gflop_per_call", "peak_gflops", "peak"} (rows of the
+    estimator's achieved GFLOP/s and its share of the fp32 FMA peak) or None."""
     ok = [r for r in results if "mean" in r]
     head = "| metric | " + " | ".join(r["label"] for r in ok) + " |"
     lines = [head, "|---|" + "---:|" * len(ok)]
@@ -401,6 +416,16 @@ def markdown(results: list[dict], roof: dict | None) -> str:
                                   for r in ok) + " |")
         lines.append("| measured / roofline | " + " | ".join(
             f"{roof['per_backend'][r['label']]['ratio']:.2f}x" for r in ok) + " |")
+    if estimator and estimator.get("gflop_per_call"):
+        g = estimator["gflop_per_call"]
+        rates = [g / (r["mean"]["estimator_ms_per_call"] / 1000.0) for r in ok]
+        lines.append(f"| estimator GFLOP/s ({g:.1f} GFLOP/call) | "
+                     + " | ".join(f"{x:.0f}" for x in rates) + " |")
+        if estimator.get("peak_gflops"):
+            lines.append(f"| estimator / fp32 FMA peak ({estimator['peak']}: "
+                         f"{estimator['peak_gflops']:.0f} GFLOP/s) | "
+                         + " | ".join(f"{100 * x / estimator['peak_gflops']:.0f} %"
+                                      for x in rates) + " |")
     if any(r.get("prompt") for r in ok):
         for label, key, fmt in PROMPT_ROWS:
             cells = [fmt.format(r["prompt"][key]) if r.get("prompt") else "" for r in ok]
@@ -436,9 +461,11 @@ def _worker_main(argv=None) -> int:
     ap.add_argument("--stream-runs", type=int, default=3)
     ap.add_argument("--prompt-wav", default=None)
     ap.add_argument("--prompt-runs", type=int, default=3)
+    ap.add_argument("--ode-steps", default="")
     a = ap.parse_args(argv)
+    steps = [int(n) for n in a.ode_steps.split(",") if n.strip()]
     res = run_worker(a.worker, a.model_dir, a.tokens, a.threads, json.loads(a.options),
-                     a.stream_runs, a.prompt_wav, a.prompt_runs)
+                     a.stream_runs, a.prompt_wav, a.prompt_runs, steps)
     print(json.dumps(res, ensure_ascii=False))
     return 0
 

@@ -21,6 +21,8 @@ from .errors import InputError, UnknownSpeakerError
 from .voices import Voice
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
+#: bounds of ``SynthesisRequest.n_timesteps`` (CFM Euler steps)
+MIN_TIMESTEPS, MAX_TIMESTEPS = 1, 100
 #: hop schedules a request may ask for (CosyVoice v1: cosyvino/families/cosyvoice1/streaming.py)
 HOP_SCHEDULES = ("latency", "official", "segment")
 
@@ -63,6 +65,11 @@ class SynthesisRequest:
         instruction: instruction text (``instruct``, Instruct models).
         speed: 0.25..4.0, tempo change by mel interpolation (upstream ``speed``).
         seed: non-negative int; same seed, same audio however the audio is chunked or batched.
+        n_timesteps: flow-matching ODE steps (Euler steps of the CFM solver, 1..100; each is
+            one estimator call), a speed/quality trade: None = the model's own (10 for
+            CosyVoice v1, its ``flow.decoder.cfg.n_timesteps``); fewer steps are faster and
+            drift from the official audio (the mel distance per step count is in
+            docs/performance.md, "ODE steps").
         num_speech_tokens: force exactly this many speech tokens per segment (50 = 1 s; benchmarks).
         speech_tokens: int64 [N] speech tokens to vocode (token-to-wav; skips the LLM and the
             text, which may then be empty).
@@ -77,6 +84,7 @@ class SynthesisRequest:
     instruction: str | None = None
     speed: float = 1.0
     seed: int | None = None
+    n_timesteps: int | None = None
     num_speech_tokens: int | None = None
     speech_tokens: np.ndarray | None = None
     streaming: StreamingOptions = field(default_factory=StreamingOptions)
@@ -104,6 +112,7 @@ class SynthesisRequest:
             ``prompt_audio`` when given; None for a mode that uses no voice), ``prompt_text``
             the transcript the mode uses (None when it uses none), ``prompt_audio`` and
             ``source_audio`` None (processed), ``speed`` a float, ``seed`` an int,
+            ``n_timesteps`` an int or None,
             ``speech_tokens`` int64 [N] (the source's for ``vc``) or None.
 
         Raises:
@@ -112,7 +121,8 @@ class SynthesisRequest:
                 ``source_audio`` (not audio, empty, too short/long, silent, ...).
             InputError: any other bad field (text type, a mode the model does not offer, a
                 missing mode input or one given to a mode that does not take it, voice and
-                prompt_audio both given, speed, seed, num_speech_tokens, speech_tokens).
+                prompt_audio both given, speed, seed, n_timesteps, num_speech_tokens,
+                speech_tokens).
             ModelDirError / BackendError: the prompt models are missing or failed.
         """
         if not isinstance(self.text, str):
@@ -132,6 +142,7 @@ class SynthesisRequest:
             raise UnknownSpeakerError(str(self.voice), list(voices))
         speed = _check_speed(self.speed)
         seed = _check_seed(self.seed)
+        steps = _check_timesteps(self.n_timesteps)
         n = self.num_speech_tokens
         if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer))
                               or n < 1):
@@ -157,6 +168,7 @@ class SynthesisRequest:
         if not (mode.needs_speaker or mode.needs_prompt_audio):
             voice = None
         return dataclasses.replace(self, mode=mode.name, voice=voice, speed=speed, seed=seed,
+                                   n_timesteps=steps,
                                    num_speech_tokens=None if n is None else int(n),
                                    speech_tokens=tokens, prompt_text=prompt_text,
                                    prompt_audio=None, source_audio=None)
@@ -249,6 +261,16 @@ def _check_speed(speed) -> float:
     if not (math.isfinite(speed) and MIN_SPEED <= speed <= MAX_SPEED):
         raise InputError(f"speed must be in [{MIN_SPEED}, {MAX_SPEED}], got {speed}")
     return speed
+
+
+def _check_timesteps(steps) -> int | None:
+    if steps is None:
+        return None
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or \
+            not MIN_TIMESTEPS <= steps <= MAX_TIMESTEPS:
+        raise InputError(f"n_timesteps must be an integer in [{MIN_TIMESTEPS}, {MAX_TIMESTEPS}] "
+                         f"or None, got {steps!r}")
+    return int(steps)
 
 
 def _check_seed(seed) -> int:

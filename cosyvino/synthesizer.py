@@ -337,7 +337,7 @@ class Synthesizer:
     # ---- synthesis ---------------------------------------------------------------------------
     def request(self, text: str, speaker, *, speed: float = 1.0, seed: int | None = None,
                 num_speech_tokens: int | None = None, hop_schedule: str = "latency",
-                **mode_inputs) -> SynthesisRequest:
+                n_timesteps: int | None = None, **mode_inputs) -> SynthesisRequest:
         """The :class:`SynthesisRequest` that :meth:`stream` / :meth:`synthesize` run;
         ``mode_inputs``: ``mode``, ``prompt_text``, ``prompt_audio``, ``source_audio``,
         ``instruction`` (see :class:`SynthesisRequest`); ``voice=`` is accepted as another
@@ -347,12 +347,13 @@ class Synthesizer:
                 raise TypeError("give speaker or voice, not both")
             speaker = mode_inputs.pop("voice")
         return SynthesisRequest(text=text, voice=speaker, speed=speed, seed=seed,
-                                num_speech_tokens=num_speech_tokens,
+                                num_speech_tokens=num_speech_tokens, n_timesteps=n_timesteps,
                                 streaming=StreamingOptions(hop_schedule), **mode_inputs)
 
     def stream(self, text: str | SynthesisRequest = "",
                speaker: str | Voice | None = None, *, speed: float = 1.0, seed: int | None = None,
                num_speech_tokens: int | None = None, hop_schedule: str = "latency",
+               n_timesteps: int | None = None,
                cancel: threading.Event | None = None, **mode_inputs) -> ChunkStream:
         """Yield audio chunks as soon as they are synthesized: several per text segment with
         the token-hop schedules (first audio after a few speech tokens), one per segment with
@@ -375,6 +376,9 @@ class Synthesizer:
                 (the official v1 token hops, parity), ``"segment"`` (one chunk per segment,
                 the same audio as :meth:`synthesize`); :mod:`cosyvino.families.cosyvoice1
                 .streaming`.
+            n_timesteps: flow-matching ODE (Euler) steps, 1..100, one estimator call each:
+                None = the model's (10 for v1); fewer is faster and further from the official
+                audio (docs/performance.md, "ODE steps").
             cancel: when set (from another thread), synthesis stops within one stage call and
                 the iterator raises :class:`~cosyvino.errors.SynthesisCancelled`.
             **mode_inputs: ``mode`` (one of :attr:`modes`; default: the first that fits the
@@ -391,7 +395,8 @@ class Synthesizer:
             UnknownSpeakerError: ``speaker`` unknown (message lists valid ones).
             PromptAudioError subclasses: bad ``prompt_audio`` / ``source_audio``
                 (:mod:`cosyvino.prompt_audio`: not audio, empty, too short or long, silent...).
-            InputError: bad speed / seed / num_speech_tokens / hop_schedule / text type; a
+            InputError: bad speed / seed / n_timesteps / num_speech_tokens / hop_schedule /
+                text type; a
                 mode the model does not offer (the message lists those it does), a missing
                 mode input or one the mode does not take.
             CorruptVoiceError: ``speaker`` is a stored voice whose file is unusable.
@@ -399,13 +404,13 @@ class Synthesizer:
         """
         req = text if isinstance(text, SynthesisRequest) else self.request(
             text, speaker, speed=speed, seed=seed, num_speech_tokens=num_speech_tokens,
-            hop_schedule=hop_schedule, **mode_inputs)
+            hop_schedule=hop_schedule, n_timesteps=n_timesteps, **mode_inputs)
         return ChunkStream(self.submit(req, cancel=cancel))
 
     def synthesize(self, text: str | SynthesisRequest = "",
                    speaker: str | Voice | None = None, *, speed: float = 1.0,
                    seed: int | None = None, num_speech_tokens: int | None = None,
-                   hop_schedule: str = "segment",
+                   hop_schedule: str = "segment", n_timesteps: int | None = None,
                    on_segment: Callable[[int, int], None] | None = None,
                    **mode_inputs) -> Audio:
         """Synthesize the whole text; chunks are concatenated with 10 ms fades at the segment
@@ -420,7 +425,7 @@ class Synthesizer:
         first_latency = None
         with self.stream(text, speaker, speed=speed, seed=seed,
                          num_speech_tokens=num_speech_tokens, hop_schedule=hop_schedule,
-                         **mode_inputs) as stream:
+                         n_timesteps=n_timesteps, **mode_inputs) as stream:
             for chunk in stream:
                 if first_latency is None:
                     first_latency = time.perf_counter() - start

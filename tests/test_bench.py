@@ -221,3 +221,31 @@ def test_default_backends_leave_out_what_is_not_installed(monkeypatch):
     monkeypatch.setattr("cosyvino.plugins.backend_classes",
                         lambda: {"here": Here, "zeta": Missing})
     assert cli_bench.default_backends() == "here"
+
+
+def test_plan_column_runs_what_the_planner_serves(tiny_model_dir, tmp_path, monkeypatch):
+    """`--backends torch,plan`: the plan column is the planner's backend, model dir, options
+    and threads (planned now); torch keeps the flags'. `--neighbour` doubles every column."""
+    from click.testing import CliRunner
+
+    from cosyvino.cli.main import main
+    from cosyvino.planner import make_plan, probe
+
+    expected = make_plan(probe(model_dir=tiny_model_dir), model_dir=tiny_model_dir)
+    calls = []
+
+    def fake(backend, model_dir, tokens, threads, options, **kw):
+        calls.append((backend, model_dir, threads, options, kw["ode_steps"]))
+        return {"backend": backend, "error": "not run (test)"}
+
+    monkeypatch.setattr("cosyvino.bench.run_backend_subprocess", fake)
+    res = CliRunner().invoke(main, ["bench", "--backends", "torch,plan", "--model-dir",
+                                    tiny_model_dir, "--threads", "1", "--ode-steps", "5,3",
+                                    "--neighbour", "--json-out", str(tmp_path / "r.json")])
+    assert res.exit_code == 1  # every column "failed" (faked)
+    opts = dict(expected.backend_options)
+    threads = opts.pop("num_threads", None)
+    assert calls == [("torch", tiny_model_dir, 1, {}, [5, 3])] * 2 + [
+        (expected.backend, expected.model_dir, threads, opts, [5, 3])] * 2
+    bad = CliRunner().invoke(main, ["bench", "--model-dir", tiny_model_dir, "--ode-steps", "0"])
+    assert bad.exit_code == 2 and "--ode-steps" in bad.output

@@ -93,7 +93,9 @@ def test_unknown_speaker_lists_valid_ones(tts):
 
 
 @pytest.mark.parametrize("kwargs", [{"speed": 0}, {"speed": 10}, {"speed": float("nan")},
-                                    {"seed": -1}, {"seed": "x"}, {"num_speech_tokens": 0}])
+                                    {"seed": -1}, {"seed": "x"}, {"num_speech_tokens": 0},
+                                    {"n_timesteps": 0}, {"n_timesteps": 101},
+                                    {"n_timesteps": 2.5}, {"n_timesteps": True}])
 def test_bad_arguments(tts, kwargs):
     with pytest.raises(InputError):
         tts.synthesize("你好。", "中文女", **kwargs)
@@ -151,3 +153,40 @@ def test_pipeline_mel_and_wav_match_golden(golden_tts, golden):
     np.testing.assert_allclose(mel_p, f["mel_with_prompt"].numpy(), atol=1e-4, rtol=0)
     wav = pipe.mel_to_wav(h["mel"].numpy(), source=h["source"].numpy())
     np.testing.assert_allclose(wav, h["wav"].numpy()[0], atol=1e-3, rtol=0)
+
+
+def _counting_estimator(monkeypatch) -> list:
+    """Count the estimator calls of every CFM solve (frames of each call)."""
+    from cosyvino.families.cosyvoice1 import pipeline
+
+    calls = []
+    solve = pipeline.solve_euler_cfg
+
+    def counted(estimator, *args, **kwargs):
+        def estimate(x, *rest):
+            calls.append(x.shape[-1])
+            return estimator(x, *rest)
+        return solve(estimate, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "solve_euler_cfg", counted)
+    return calls
+
+
+@pytest.mark.parametrize("schedule", ["segment", "official"])
+def test_n_timesteps_sets_the_estimator_calls(tts, monkeypatch, schedule):
+    """The ODE step count is a request option: the model's 10 by default (same audio as
+    asking for 10), one estimator call per step, fewer steps change the audio but not its
+    length."""
+    calls = _counting_estimator(monkeypatch)
+    kw = dict(seed=3, num_speech_tokens=40, hop_schedule=schedule)
+    default = tts.synthesize("你好，世界。", "中文女", **kw)
+    hops = len(calls) // 10
+    assert hops >= 1 and len(calls) == 10 * hops
+    ten = tts.synthesize("你好，世界。", "中文女", n_timesteps=10, **kw)
+    np.testing.assert_array_equal(default.samples, ten.samples)
+    calls.clear()
+    three = tts.synthesize("你好，世界。", "中文女", n_timesteps=3, **kw)
+    assert len(calls) == 3 * hops
+    assert three.samples.shape == default.samples.shape
+    # random tiny weights: the estimator barely moves the mel, so the change is small
+    assert np.abs(three.samples - default.samples).max() > 1e-5

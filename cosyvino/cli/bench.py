@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -91,8 +92,10 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
                    "the IRs in MODEL_DIR/SUBDIR with that precision (e.g. "
                    "openvino@openvino-int8:default from `cosyvino quantize`); "
                    "onnxruntime[:iobinding] serves MODEL_DIR/onnx (iobinding: the "
-                   "LLM decode loop through IO binding). A missing OpenVINO / ONNX dir is "
-                   "converted once first.")
+                   "LLM decode loop through IO binding); plan = exactly what `cosyvino "
+                   "plan` would serve on this machine (backend, model dir, precision, "
+                   "threads, options; planned now, nothing written). A missing OpenVINO / "
+                   "ONNX dir is converted once first.")
 @click.option("--tokens", type=click.IntRange(min=2), default=250, show_default=True,
               help="Forced speech tokens per text (50 = 1 s of audio).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -109,33 +112,55 @@ def _parse_spec(spec: str) -> tuple[str, dict]:
                    "stand-in; the cost depends on the length only).")
 @click.option("--prompt-runs", type=click.IntRange(min=0), default=3, show_default=True,
               help="Runs per voice-cloning row (models with prompt models); 0 skips them.")
+@click.option("--ode-steps", default="", metavar="N,N,...",
+              help="Also synthesize the first text with these CFM step counts "
+                   "(n_timesteps, e.g. 5,3): total, RTF, estimator time and the log-mel "
+                   "distance to the model's own step count, per backend.")
+@click.option("--neighbour", is_flag=True,
+              help="Run every backend twice: quiet, then with a busy-loop process pinned "
+                   "to one CPU (a noisy neighbour), and print the slowdown.")
 @_friendly_errors
 def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, prompt_wav,
-          prompt_runs):
+          prompt_runs, ode_steps, neighbour):
     """Benchmark backends side by side: per-stage ms, LLM ms/token, estimator ms/call,
     vocoder ms, RTF, first-segment latency, peak RSS, load time, LLM decode roofline; and,
     streamed, first-chunk latency p50/p95, streaming RTF and underrun per hop schedule; and,
     on a model with prompt models, a 5 s prompt's processing cost (intake, embedding, speech
     tokens, mel) and a zero-shot request with the prompt vs a registered voice."""
     from cosyvino.bench import TEXTS, markdown, roofline, run_backend_subprocess
+    from cosyvino.bench_extras import (busy_neighbour, kernels_line, neighbour_markdown,
+                                       ode_markdown)
     from cosyvino.defaults import ensure_default_model
     from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
     model_dir = os.path.abspath(model_dir or ensure_default_model())
+    steps = _parse_steps(ode_steps)
     specs = [s.strip() for s in (backends or default_backends()).split(",") if s.strip()]
-    parsed = [(s, *_parse_spec(_split_subdir(s)[0]), _split_subdir(s)[1]) for s in specs]
-    missing = {b: _ensure_converted(model_dir, b) for _, b, _, sub in parsed
-               if _converts(b) and not sub}
+    plan = _served_plan(model_dir) if "plan" in specs else None
+    parsed = []
+    for s in specs:
+        if s == "plan":  # (label, backend, options, model dir, threads)
+            opts = dict(plan.backend_options)
+            parsed.append((s, plan.backend, opts, plan.model_dir, opts.pop("num_threads", None)))
+            continue
+        spec, sub = _split_subdir(s)
+        parsed.append((s, *_parse_spec(spec), os.path.join(model_dir, sub) if sub else None,
+                       threads))
+    missing = {b: _ensure_converted(model_dir, b) for _, b, _, d, _ in parsed
+               if _converts(b) and d is None}
+    runs = [(label + suffix, row) for label, *row in parsed
+            for suffix in (("", " +neighbour") if neighbour else ("",))]
     results = []
-    for label, backend, opts, sub in parsed:
+    for label, (backend, opts, run_dir, run_threads) in runs:
         if missing.get(backend):
             results.append({"backend": backend, "label": label, "error": missing[backend]})
             continue
         click.echo(f"bench: {label} ({len(TEXTS)} texts x {tokens} tokens) ...", err=True)
         t = time.perf_counter()
-        r = run_backend_subprocess(backend, os.path.join(model_dir, sub) if sub else model_dir,
-                                   tokens, threads, opts, stream_runs=stream_runs,
-                                   prompt_wav=prompt_wav, prompt_runs=prompt_runs)
+        with (busy_neighbour() if label.endswith(" +neighbour") else _nothing()):
+            r = run_backend_subprocess(backend, run_dir or model_dir, tokens, run_threads, opts,
+                                       stream_runs=stream_runs, prompt_wav=prompt_wav,
+                                       prompt_runs=prompt_runs, ode_steps=steps)
         r["label"] = label
         results.append(r)
         click.echo(f"bench: {label} done in {time.perf_counter() - t:.0f} s"
@@ -151,9 +176,24 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, 
     isa = ", ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
                                 "amx_int8") if f in set(getattr(probe, "flags", ()) or ()))
     cpu = f"{probe.cpu_model or platform.machine()} ({isa or 'no AVX2'}), {os.cpu_count()} CPUs"
-    table = f"CPU: {cpu}\n\n" + markdown(results, roof)
+    est = None
+    if any("mean" in r for r in results):
+        est = _estimator_peak(read_model_config(os.path.join(model_dir, "cosyvoice.yaml")),
+                              tokens, probe, results)
+    head = [f"CPU: {cpu}"]
+    if plan is not None:
+        head.append(f"plan = {plan.backend} on {plan.model_dir}, options "
+                    f"{json.dumps(plan.backend_options, sort_keys=True)}")
+    kernels = kernels_line(results)
+    if kernels:
+        head.append(kernels)
+    table = ("\n".join(head) + "\n\n" + markdown(results, roof, est) + ode_markdown(results)
+             + neighbour_markdown(results))
     data = {"model_dir": model_dir, "tokens": tokens, "threads": threads,
-            "texts": [t[2] for t in TEXTS], "cpu": cpu,
+            "texts": [t[2] for t in TEXTS], "cpu": cpu, "estimator": est,
+            "plan": None if plan is None else {"backend": plan.backend,
+                                               "model_dir": plan.model_dir,
+                                               "backend_options": plan.backend_options},
             "cpu_count": os.cpu_count(), "results": results, "roofline": roof,
             "markdown": table}
     if json_out:
@@ -196,3 +236,47 @@ def _ensure_converted(model_dir: str, backend: str) -> str | None:
     if cls.prepared_dir(model_dir) is None:
         return (f"`{cmd} --model-dir {model_dir}` left no {backend} model there")
     return None
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
+def _parse_steps(text: str) -> list[int]:
+    """``"5,3"`` -> [5, 3]; BadParameter for anything but integers in the request's range."""
+    from cosyvino.request import MAX_TIMESTEPS, MIN_TIMESTEPS
+
+    steps = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if not part.isdigit() or not MIN_TIMESTEPS <= int(part) <= MAX_TIMESTEPS:
+            raise click.BadParameter(f"--ode-steps takes integers in [{MIN_TIMESTEPS}, "
+                                     f"{MAX_TIMESTEPS}], got {part!r}")
+        steps.append(int(part))
+    return steps
+
+
+def _served_plan(model_dir: str):
+    """What `cosyvino plan` would serve for ``model_dir`` here (planned now, not written)."""
+    from cosyvino.planner import make_plan, probe
+
+    return make_plan(probe(model_dir=model_dir), model_dir=model_dir)
+
+
+def _estimator_peak(config, tokens: int, probe, results) -> dict | None:
+    """FLOP of one estimator call at the bench's frame count (torch needed to count them) and
+    the fp32 FMA peak of the threads the backends ran with (:mod:`cosyvino.bench_extras`)."""
+    from cosyvino.bench_extras import cpu_clock_mhz, cpu_vendor, estimator_gflop, fma_peak_gflops
+    from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
+
+    frames = mel_frames_for_tokens(tokens)
+    gflop = estimator_gflop(config, frames)
+    if gflop is None:
+        return None
+    used = [r.get("threads") for r in results if "mean" in r]
+    cores = max([t for t in used if t] or [os.cpu_count() or 1])
+    peak, desc = fma_peak_gflops(getattr(probe, "flags", ()), cpu_vendor(), cpu_clock_mhz(),
+                                 cores)
+    return {"frames": frames, "gflop_per_call": gflop, "peak_gflops": peak, "peak": desc}

@@ -11,9 +11,10 @@ import sys
 
 import click
 
+from cosyvino import __version__
 from cosyvino.cli.errors import friendly_errors
 from cosyvino.errors import BackendError, InputError, ModelDirError, UnknownSpeakerError
-from cosyvino.request import HOP_SCHEDULES, MAX_SPEED, MIN_SPEED
+from cosyvino.request import HOP_SCHEDULES, MAX_SPEED, MAX_TIMESTEPS, MIN_SPEED, MIN_TIMESTEPS
 
 DEMO_SENTENCES = (
     ("zh", "中文女", "你好，欢迎使用 cosyvino，这是在普通服务器处理器上运行的语音合成服务。"),
@@ -345,7 +346,7 @@ _threads_opt = click.option("--threads", type=click.IntRange(min=1), default=Non
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="cosyvino")
+@click.version_option(version=__version__, prog_name="cosyvino")
 def main():
     """cosyvino: CosyVoice text-to-speech, fast on CPU servers."""
 
@@ -371,6 +372,11 @@ def _output_options(fn):
             click.option("--speed", type=click.FloatRange(MIN_SPEED, MAX_SPEED), default=1.0,
                          show_default=True),
             click.option("--seed", type=click.IntRange(min=0), default=None),
+            click.option("--n-timesteps", type=click.IntRange(MIN_TIMESTEPS, MAX_TIMESTEPS),
+                         default=None,
+                         help="Flow-matching ODE steps (one estimator call each; default: the "
+                              "model's, 10 for v1). Fewer is faster and further from the "
+                              "official audio: docs/performance.md, \"ODE steps\"."),
             click.option("--num-speech-tokens", type=click.IntRange(min=1), default=None,
                          help="Force this many speech tokens per segment (50 = 1 s; "
                               "benchmarking)."),
@@ -422,7 +428,7 @@ def _check_text_option(value: str | None, option: str) -> str | None:
 
 
 def _run_synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_schedule, speed,
-                   seed, num_speech_tokens, voices_dir, plan_path, backend, threads, as_json,
+                   seed, num_speech_tokens, n_timesteps, voices_dir, plan_path, backend, threads, as_json,
                    mode=None, prompt_wav=None, prompt_text=None, instruct=None,
                    source_wav=None, command="synth"):
     """What ``synth`` and ``vc`` do: check everything that can be checked before the model
@@ -447,7 +453,8 @@ def _run_synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_sche
     prompted = prompt_audio is not None or source_audio is not None
     if voice is None and not prompted and synth_.speakers:
         voice = synth_.speakers[0]
-    options = dict(speed=speed, seed=seed, num_speech_tokens=num_speech_tokens)
+    options = dict(speed=speed, seed=seed, num_speech_tokens=num_speech_tokens,
+                   n_timesteps=n_timesteps)
     inputs = {"mode": mode, "prompt_audio": prompt_audio, "prompt_text": prompt_text,
               "instruction": instruct, "source_audio": source_audio}
     options.update({k: v for k, v in inputs.items() if v is not None})
@@ -520,8 +527,8 @@ def _mode_of(synth_, request) -> str | None:
 @click.pass_context
 @_friendly_errors
 def synth(ctx, text, model_dir, speaker, voice_name, prompt_wav, prompt_text, instruct, mode,
-          text_file, output, fmt, stream, hop_schedule, speed, seed, num_speech_tokens,
-          voices_dir, plan_path, backend, threads, as_json):
+          text_file, output, fmt, stream, hop_schedule, speed, seed, n_timesteps,
+          num_speech_tokens, voices_dir, plan_path, backend, threads, as_json):
     """Synthesize TEXT (or --text-file) to an audio file.
 
     \b
@@ -542,6 +549,7 @@ def synth(ctx, text, model_dir, speaker, voice_name, prompt_wav, prompt_text, in
     _run_synthesis(ctx, text=text, model_dir=model_dir, voice=voice_name or speaker,
                    output=output, fmt=fmt, stream=stream, hop_schedule=hop_schedule,
                    speed=speed, seed=seed, num_speech_tokens=num_speech_tokens,
+                   n_timesteps=n_timesteps,
                    voices_dir=voices_dir, plan_path=plan_path, backend=backend,
                    threads=threads, as_json=as_json, mode=mode, prompt_wav=prompt_wav,
                    prompt_text=prompt_text, instruct=instruct)
@@ -559,7 +567,8 @@ def synth(ctx, text, model_dir, speaker, voice_name, prompt_wav, prompt_text, in
 @click.pass_context
 @_friendly_errors
 def vc(ctx, model_dir, source_wav, prompt_wav, voice_name, output, fmt, stream, hop_schedule,
-       speed, seed, num_speech_tokens, voices_dir, plan_path, backend, threads, as_json):
+       speed, seed, n_timesteps, num_speech_tokens, voices_dir, plan_path, backend, threads,
+       as_json):
     """Voice conversion: say what --source-wav says in the voice of --prompt-wav (or of a
     registered voice, -v). No text and no LLM: the source's speech tokens go through the flow
     and the vocoder conditioned on the target voice."""
@@ -568,7 +577,8 @@ def vc(ctx, model_dir, source_wav, prompt_wav, voice_name, output, fmt, stream, 
                          "of them)")
     _run_synthesis(ctx, text="", model_dir=model_dir, voice=voice_name, output=output,
                    fmt=fmt, stream=stream, hop_schedule=hop_schedule, speed=speed, seed=seed,
-                   num_speech_tokens=num_speech_tokens, voices_dir=voices_dir,
+                   num_speech_tokens=num_speech_tokens, n_timesteps=n_timesteps,
+                   voices_dir=voices_dir,
                    plan_path=plan_path, backend=backend, threads=threads, as_json=as_json,
                    mode="vc", prompt_wav=prompt_wav, source_wav=source_wav, command="vc")
 
@@ -757,12 +767,13 @@ def backends():
 
 from cosyvino.cli.bench import bench  # noqa: E402  (command modules register on the group)
 from cosyvino.cli.convert import convert  # noqa: E402
+from cosyvino.cli.download import download  # noqa: E402
 from cosyvino.cli.plan import plan  # noqa: E402
 from cosyvino.cli.quantize import quantize  # noqa: E402
 from cosyvino.cli.serve import serve  # noqa: E402
 from cosyvino.cli.voices import voices  # noqa: E402
 
-for _command in (convert, bench, quantize, serve, plan, voices):
+for _command in (convert, bench, quantize, serve, plan, voices, download):
     main.add_command(_command)
 
 

@@ -304,6 +304,14 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
         except Exception as e:  # openvino raises RuntimeError with a long message
             raise BackendError(f"OpenVINO failed to compile {path}: {e}") from e
 
+    def kernel_isas(self) -> dict[str, dict[str, int]]:
+        """Per stage, ``{ISA class: heavy nodes}`` of the kernels the CPU plugin runs
+        (:func:`cosyvino_openvino.kernels.kernel_isas`; call after the stages have run)."""
+        from .kernels import kernel_isas
+
+        compiled = {"llm": self._llm, **{k: r.compiled for k, r in self._runners.items()}}
+        return {k: kernel_isas(c) for k, c in compiled.items()}
+
     @staticmethod
     def _read_back(compiled: ov.CompiledModel) -> dict:
         out = {}

@@ -91,7 +91,8 @@ class OfficialTokenHopStream:
 
     ``stages``: loaded :class:`CosyVoice1Stages`; ``embedding`` float32 [1, 192] (the raw flow
     speaker embedding); ``prompt_token`` int [N1] and ``prompt_feat`` float32 [M1, 80] (or
-    [1, M1, 80]) for the zero-shot case. Call :meth:`hop` once per chunk, in order, with the
+    [1, M1, 80]) for the zero-shot case; ``n_timesteps``: CFM Euler steps (None: the config's).
+    Call :meth:`hop` once per chunk, in order, with the
     tokens of :func:`hop_windows`. Not thread-safe.
     """
 
@@ -99,9 +100,10 @@ class OfficialTokenHopStream:
                  prompt_token: np.ndarray | None = None,
                  prompt_feat: np.ndarray | None = None,
                  constants: StreamConstants = StreamConstants(), speed: float = 1.0,
-                 pipeline: Pipeline | None = None):
+                 pipeline: Pipeline | None = None, n_timesteps: int | None = None):
         self.stages = stages
         self.speed = float(speed)
+        self.n_timesteps = n_timesteps
         self.config = stages.config
         self.pipeline = pipeline or Pipeline(stages)
         self.constants = constants
@@ -150,7 +152,8 @@ class OfficialTokenHopStream:
         tail = self.constants.mel_overlap_len
         self.flow_cache = (np.concatenate([z[..., :m1], z[..., m - tail:]], axis=-1),
                            np.concatenate([mu[..., :m1], mu[..., m - tail:]], axis=-1))
-        return self.pipeline.solve_flow(z, inputs, before_step=before_step)
+        return self.pipeline.solve_flow(z, inputs, before_step=before_step,
+                                        n_timesteps=self.n_timesteps)
 
     # ---- vocoder ---------------------------------------------------------------------------
     def _hift(self, mel: np.ndarray, source: np.ndarray | None, cache_source: np.ndarray,

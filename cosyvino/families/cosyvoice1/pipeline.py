@@ -245,16 +245,18 @@ class Pipeline:
 
     def solve_flow(self, noise: np.ndarray, inputs: FlowInputs,
                    times: StageTimes | None = None,
-                   before_step: Callable[[], None] | None = None) -> np.ndarray:
+                   before_step: Callable[[], None] | None = None,
+                   n_timesteps: int | None = None) -> np.ndarray:
         """CFM Euler + CFG from ``noise`` float32 [1, 80, M] on ``inputs`` -> the generated
         part of the mel, float32 [1, 80, M - M1]. ``before_step`` runs before every estimator
-        call (raise there to stop)."""
+        call (raise there to stop); ``n_timesteps``: Euler steps (None: the config's)."""
         times = times or StageTimes()
         fcfg = self.config.flow
         mask = np.ones((1, 1, inputs.mu.shape[-1]), dtype=np.float32)
         with times.measure("flow_estimator"):
             mel = solve_euler_cfg(self.stages.estimate, noise, mask, inputs.mu, inputs.spks,
-                                  inputs.cond, n_timesteps=fcfg.cfm.n_timesteps,
+                                  inputs.cond,
+                                  n_timesteps=n_timesteps or fcfg.cfm.n_timesteps,
                                   cfg_rate=fcfg.cfm.inference_cfg_rate,
                                   before_step=before_step)
         return np.ascontiguousarray(mel[:, :, inputs.prompt_frames:])
@@ -265,13 +267,14 @@ class Pipeline:
                       prompt_token: np.ndarray | None = None,
                       prompt_feat: np.ndarray | None = None,
                       times: StageTimes | None = None,
-                      before_step: Callable[[], None] | None = None) -> np.ndarray:
+                      before_step: Callable[[], None] | None = None,
+                      n_timesteps: int | None = None) -> np.ndarray:
         """Speech tokens int [N2] -> mel float32 [1, 80, M2], M2 = int(N2 / 50 * 22050 / 256)
         (:meth:`flow_inputs` then :meth:`solve_flow`).
 
         ``prompt_token`` int [N1] and ``prompt_feat`` float32 [M1, 80] (or [1, M1, 80]) condition
         on a prompt (zero-shot); ``noise`` float32 [1, 80, M1 + M2] replaces the draw from
-        ``rng`` (parity tests).
+        ``rng`` (parity tests); ``n_timesteps`` as in :meth:`solve_flow`.
         """
         inputs = self.flow_inputs(tokens, embedding, prompt_token=prompt_token,
                                   prompt_feat=prompt_feat, times=times)
@@ -279,7 +282,7 @@ class Pipeline:
             if rng is None:
                 raise InputError("tokens_to_mel needs rng or noise")
             noise = rng.standard_normal(inputs.mu.shape, dtype=np.float32)
-        return self.solve_flow(noise, inputs, times, before_step)
+        return self.solve_flow(noise, inputs, times, before_step, n_timesteps)
 
     # ---- vocoder ---------------------------------------------------------------------------
     def mel_to_wav(self, mel: np.ndarray, rng: np.random.Generator | None = None, *,

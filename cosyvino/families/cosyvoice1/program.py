@@ -235,7 +235,8 @@ class CosyVoice1Program(Program):
             mel = self.pipeline.tokens_to_mel(tokens, self.cond.embedding, noise=noise,
                                               prompt_token=self.cond.prompt_token,
                                               prompt_feat=self.cond.prompt_feat, times=times,
-                                              before_step=self.check_cancelled)
+                                              before_step=self.check_cancelled,
+                                              n_timesteps=self.request.n_timesteps)
             if self.request.speed != 1.0:
                 mel = linear_resize_time(mel, max(1, int(mel.shape[-1] / self.request.speed)))
         else:
@@ -245,7 +246,7 @@ class CosyVoice1Program(Program):
                     self.stages, self.cond.embedding, prompt_token=self.cond.prompt_token,
                     prompt_feat=self.cond.prompt_feat,
                     constants=policy(self.schedule).constants, speed=self.request.speed,
-                    pipeline=self.pipeline)
+                    pipeline=self.pipeline, n_timesteps=self.request.n_timesteps)
                 self._streams[segment] = stream
             with times.measure("flow_estimator"):
                 mel = stream.flow_hop(tokens, hop.finalize, noise=noise,

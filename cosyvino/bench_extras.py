@@ -1,0 +1,183 @@
+"""Parts of ``cosyvino bench`` beyond the per-stage table (:mod:`cosyvino.bench`): the ODE
+step trade-off, the estimator's achieved GFLOP/s against the CPU's FMA peak, and a busy
+neighbour process. Must not import torch at module level (only :func:`estimator_gflop` does,
+when it is installed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+
+#: fp32 FLOP per cycle per core of the vector FMA units, by ISA: 2 FMA ports x lanes x 2 (mul
+#: + add). Intel: Skylake-SP and later Xeons have two 512-bit FMA ports (Intel 64 and IA-32
+#: Architectures Optimization Reference Manual, "Intel AVX-512 FMA units"); AMD Zen 4 runs
+#: 512-bit FMAs on two 256-bit pipes (AMD Software Optimization Guide for Zen 4, 2.11), so its
+#: AVX-512 peak equals its AVX2 peak; Zen 2/3 and Intel AVX2 cores: two 256-bit FMA ports.
+FMA_FLOP_PER_CYCLE = {"avx512": 64, "avx512_amd": 32, "avx2": 32, "sse": 8}
+
+
+def fma_peak_gflops(flags, vendor: str, mhz: float | None, cores: int) -> tuple[float | None,
+                                                                                str]:
+    """fp32 FMA peak of ``cores`` cores at ``mhz`` (``/proc/cpuinfo`` "cpu MHz": the nominal
+    clock in most VMs; turbo and AVX-512 down-clocking are not modelled) -> (GFLOP/s or None
+    when the clock is unknown, a description such as ``AVX-512 2 x 2.0 GHz x 64``)."""
+    flags = set(flags or ())
+    if "avx512f" in flags:
+        key, isa = ("avx512_amd" if vendor == "AuthenticAMD" else "avx512"), "AVX-512"
+    elif "avx2" in flags and "fma" in flags:
+        key, isa = "avx2", "AVX2"
+    else:
+        key, isa = "sse", "SSE"
+    per = FMA_FLOP_PER_CYCLE[key]
+    if not mhz:
+        return None, f"{isa} x {per} FLOP/cycle (clock unknown)"
+    return cores * mhz / 1e3 * per, f"{isa}: {cores} x {mhz / 1e3:.1f} GHz x {per} FLOP/cycle"
+
+
+def cpu_clock_mhz(root: str = "/") -> float | None:
+    """The first "cpu MHz" of ``/proc/cpuinfo`` (None when absent)."""
+    try:
+        with open(os.path.join(root, "proc/cpuinfo"), encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    return float(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def cpu_vendor(root: str = "/") -> str:
+    try:
+        with open(os.path.join(root, "proc/cpuinfo"), encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def estimator_gflop(config, frames: int) -> float | None:
+    """FLOP of one CFM estimator call (batch 2, ``frames`` mel frames) in GFLOP, counted by
+    ``torch.utils.flop_counter`` on the torch module built on the meta device (shapes only, no
+    weights); None without torch."""
+    try:
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        from .families.cosyvoice1.torch.estimator import ConditionalDecoder
+    except ImportError:
+        return None
+    c = config.flow.output_size
+    with torch.device("meta"):
+        module = ConditionalDecoder(config.flow.estimator)
+        args = (torch.zeros(2, c, frames), torch.ones(2, 1, frames), torch.zeros(2, c, frames),
+                torch.zeros(2), torch.zeros(2, c), torch.zeros(2, c, frames))
+        with FlopCounterMode(display=False) as counter:
+            module(*args)
+    return counter.get_total_flops() / 1e9
+
+
+def measure_ode_steps(tts, text: str, speaker: str, tokens: int, steps) -> list[dict]:
+    """The speed/quality trade of the CFM step count: ``text`` with ``tokens`` forced speech
+    tokens and seed 0 at the model's own step count (the reference) and at each of ``steps``;
+    per step count: wall s, RTF, estimator ms, and the distance of the output's log-mel
+    (:func:`cosyvino.frontend.features.prompt_mel` of the waveform) to the reference's: mel L1
+    (natural-log units) and log-spectral distance (dB), :mod:`cosyvino.quantize.metrics`.
+    Same seed and tokens, so only the flow's integration differs."""
+    from .frontend.features import prompt_mel
+    from .quantize.metrics import log_spectral_distance, mel_l1
+
+    def run(n):
+        audio = tts.synthesize(text, speaker, seed=0, num_speech_tokens=tokens, n_timesteps=n)
+        est = audio.stats["stages"].get("flow_estimator", {}).get("seconds", 0.0)
+        return audio, {"total_s": audio.stats["wall_seconds"], "rtf": audio.stats["rtf"],
+                       "estimator_ms": 1000 * est}
+
+    default = tts.config.flow.cfm.n_timesteps
+    ref, ref_row = run(None)
+    ref_mel = prompt_mel(ref.samples, ref.sample_rate)
+    rows = [dict(ref_row, n_timesteps=default, mel_l1=0.0, lsd_db=0.0)]
+    for n in steps:
+        if n == default:
+            continue
+        audio, row = run(int(n))
+        mel = prompt_mel(audio.samples, audio.sample_rate)
+        rows.append(dict(row, n_timesteps=int(n), mel_l1=mel_l1(ref_mel, mel),
+                         lsd_db=log_spectral_distance(ref_mel, mel)))
+    return rows
+
+
+@contextlib.contextmanager
+def busy_neighbour(cpu: int | None = None, limit_s: float = 3600.0):
+    """A bounded busy-loop process (a noisy neighbour) on one CPU while the block runs.
+
+    ``cpu``: the CPU it is pinned to (default: the last CPU this process may use); it spins
+    for at most ``limit_s`` seconds and is killed when the block exits. Yields the CPU."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    cpu = allowed[-1] if cpu is None else cpu
+    code = ("import os, time\n"
+            f"os.sched_setaffinity(0, {{{cpu}}}) if hasattr(os, 'sched_setaffinity') else None\n"
+            f"end = time.monotonic() + {float(limit_s)}\n"
+            "while time.monotonic() < end:\n    pass\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield cpu
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def ode_markdown(results: list[dict]) -> str:
+    """The "ODE steps" table of the backends that measured it (:func:`measure_ode_steps`)."""
+    ok = [r for r in results if r.get("ode_steps")]
+    if not ok:
+        return ""
+    lines = ["", "", "ODE steps (`n_timesteps`; distances of the output's log-mel to the model's "
+             "own step count, same seed and tokens):", "",
+             "| backend | steps | total (s) | RTF | estimator (ms) | mel L1 | LSD (dB) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in ok:
+        for row in r["ode_steps"]:
+            lines.append(f"| {r['label']} | {row['n_timesteps']} | {row['total_s']:.2f} | "
+                         f"{row['rtf']:.3f} | {row['estimator_ms']:.0f} | {row['mel_l1']:.4f} | "
+                         f"{row['lsd_db']:.3f} |")
+    return "\n".join(lines)
+
+
+def kernels_line(results: list[dict]) -> str:
+    """One line per backend that reports its kernels: ``stage: ISA n, ...`` (heavy nodes)."""
+    out = []
+    for r in results:
+        k = r.get("kernels")
+        if not k:
+            continue
+        parts = [f"{stage} " + "/".join(f"{isa} {n}" for isa, n in v.items())
+                 for stage, v in k.items() if v]
+        out.append(f"kernels ({r['label']}; heavy nodes by ISA): " + "; ".join(parts))
+    return "\n".join(out)
+
+
+def neighbour_markdown(results: list[dict]) -> str:
+    """Slowdown of each backend with a busy neighbour vs quiet (pairs ``X`` / ``X +neighbour``
+    measured one after the other in this run)."""
+    by = {r["label"]: r for r in results if "mean" in r}
+    lines = []
+    for label, r in by.items():
+        loud = by.get(label + " +neighbour")
+        if loud is None:
+            continue
+        q, n = r["mean"], loud["mean"]
+        lines.append(f"| {label} | {n['total_s'] / q['total_s']:.2f}x | "
+                     f"{n['llm_ms_per_token'] / q['llm_ms_per_token']:.2f}x | "
+                     f"{n['estimator_ms_per_call'] / q['estimator_ms_per_call']:.2f}x | "
+                     f"{n['vocoder_ms'] / q['vocoder_ms']:.2f}x |")
+    if not lines:
+        return ""
+    return "\n".join(["", "", "With one busy neighbour process on one CPU (slowdown vs quiet, same "
+                      "run):", "", "| backend | total | LLM ms/token | estimator ms/call | "
+                      "vocoder |", "|---|---:|---:|---:|---:|", *lines])

@@ -1,0 +1,80 @@
+"""cosyvino.bench_extras and the OpenVINO kernel summary: peak arithmetic, ISA classes, the
+ODE-step rows, the neighbour process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from cosyvino.bench_extras import (busy_neighbour, estimator_gflop, fma_peak_gflops,
+                                   measure_ode_steps, neighbour_markdown, ode_markdown)
+
+
+@pytest.mark.parametrize("flags, vendor, per", [
+    ({"avx2", "fma", "avx512f"}, "GenuineIntel", 64),
+    ({"avx2", "fma", "avx512f"}, "AuthenticAMD", 32),  # Zen 4: 512-bit FMAs on 256-bit pipes
+    ({"avx2", "fma"}, "AuthenticAMD", 32),
+    ({"sse4_2"}, "GenuineIntel", 8),
+])
+def test_fma_peak(flags, vendor, per):
+    gflops, desc = fma_peak_gflops(flags, vendor, 2000.0, 2)
+    assert gflops == pytest.approx(2 * 2.0 * per)
+    assert f"{per} FLOP/cycle" in desc
+    assert fma_peak_gflops(flags, vendor, None, 2)[0] is None
+
+
+def test_isa_classes():
+    isa_of = pytest.importorskip("cosyvino_openvino.kernels").isa_of
+    assert isa_of("brgemm_avx512_amx_bf16") == "AMX"
+    assert isa_of("jit_avx512_i8") == "AVX-512"
+    assert isa_of("jit_avx2_f32") == "AVX2"
+    assert isa_of("gemm_mlas_f32") == "MLAS"
+    assert isa_of("ref_any_f32") == "reference"
+    assert isa_of("unknown_dynamic") is None and isa_of("undef_f32") is None
+
+
+def test_estimator_flops_scale_with_frames(tiny_model_dir):
+    pytest.importorskip("torch")
+    from cosyvino.families.cosyvoice1.yaml_config import read_model_config
+
+    cfg = read_model_config(os.path.join(tiny_model_dir, "cosyvoice.yaml"))
+    a, b = estimator_gflop(cfg, 50), estimator_gflop(cfg, 100)
+    assert a > 0
+    # convolutions and linears are linear in T, attention quadratic: between 2x and 4x
+    assert 2.0 <= b / a <= 4.0
+
+
+def test_ode_steps_rows(tiny_model_dir):
+    from cosyvino import Synthesizer
+
+    tts = Synthesizer(tiny_model_dir, backend="torch")
+    rows = measure_ode_steps(tts, "你好，世界。", "中文女", 20, [5, 10, 2])
+    assert [r["n_timesteps"] for r in rows] == [10, 5, 2]  # the model's 10 once, first
+    assert rows[0]["mel_l1"] == 0.0 and rows[0]["lsd_db"] == 0.0
+    assert 0 < rows[1]["mel_l1"] < rows[2]["mel_l1"]  # fewer steps, further away
+    table = ode_markdown([{"label": "torch", "ode_steps": rows}])
+    assert table.count("| torch |") == 3
+
+
+def test_neighbour_markdown_ratios():
+    mean = {"total_s": 2.0, "llm_ms_per_token": 10.0, "estimator_ms_per_call": 100.0,
+            "vocoder_ms": 50.0}
+    loud = {k: 3 * v for k, v in mean.items()}
+    text = neighbour_markdown([{"label": "x", "mean": mean},
+                               {"label": "x +neighbour", "mean": loud}])
+    assert "| x | 3.00x | 3.00x | 3.00x | 3.00x |" in text
+    assert neighbour_markdown([{"label": "x", "mean": mean}]) == ""
+
+
+def test_busy_neighbour_runs_and_stops():
+    psutil = pytest.importorskip("psutil")
+    before = {p.pid for p in psutil.Process().children()}
+    with busy_neighbour(limit_s=30) as cpu:
+        time.sleep(0.3)
+        kids = [p for p in psutil.Process().children() if p.pid not in before]
+        assert len(kids) == 1 and kids[0].is_running()
+        assert cpu in os.sched_getaffinity(0)
+        assert kids[0].cpu_affinity() == [cpu]
+    assert not kids[0].is_running() or kids[0].status() == psutil.STATUS_ZOMBIE
