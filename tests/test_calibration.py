@@ -1,4 +1,4 @@
-"""The calibration text set (calib/) and its loader (cosyvino.quantize.calibration)."""
+"""The calibration text set (cosyvino/quantize/calib/) and its loader (cosyvino.quantize.calibration)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from cosyvino.quantize.calibration import (
 )
 from cosyvino.errors import InputError, ModelDirError
 
-CALIB = pathlib.Path(__file__).resolve().parent.parent / "calib"
+CALIB = pathlib.Path(__file__).resolve().parent.parent / "cosyvino" / "quantize" / "calib"
+assert CALIB == cal.SHIPPED_CALIB_DIR
 TEXTS = CALIB / "texts.jsonl"
 MANIFEST = CALIB / "manifest.json"
 

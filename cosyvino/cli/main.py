@@ -770,10 +770,11 @@ from cosyvino.cli.convert import convert  # noqa: E402
 from cosyvino.cli.download import download  # noqa: E402
 from cosyvino.cli.plan import plan  # noqa: E402
 from cosyvino.cli.quantize import quantize  # noqa: E402
+from cosyvino.cli.ray_serve import ray_serve  # noqa: E402
 from cosyvino.cli.serve import serve  # noqa: E402
 from cosyvino.cli.voices import voices  # noqa: E402
 
-for _command in (convert, bench, quantize, serve, plan, voices, download):
+for _command in (convert, bench, quantize, serve, plan, voices, download, ray_serve):
     main.add_command(_command)
 
 

@@ -1,4 +1,5 @@
-"""Calibration text set for post-training quantization (``calib/``). Must not import torch.
+"""Calibration text set for post-training quantization (``cosyvino/quantize/calib/``, package
+data: it ships inside the wheel). Must not import torch.
 
 The shipped set (``calib/texts.jsonl`` + ``calib/manifest.json``, written for this project) holds
 Mandarin, English, Japanese, Cantonese and Korean texts in the proportions of CosyVoice-300M-SFT's
@@ -9,10 +10,11 @@ capture stage inputs and compares INT8 against FP32 on the held-out ``evaluation
 format (only ``text`` is required) or plain text, one sentence per line (language guessed from
 the script, see :func:`guess_language`). See docs/quantization.md, "Calibration texts".
 
-Maintenance: ``python -m cosyvino.quantize.calibration refresh calib`` recomputes the derived fields
+Maintenance: ``python -m cosyvino.quantize.calibration refresh`` (no dir: the shipped set in
+``cosyvino/quantize/calib``) recomputes the derived fields
 (speaker when missing, length class, split) and the manifest after texts were added or edited
 (a plain ``texts.txt`` is never rewritten or deleted, see :func:`refresh`);
-``python -m cosyvino.quantize.calibration check calib`` verifies the manifest and runs every text
+``python -m cosyvino.quantize.calibration check`` verifies the manifest and runs every text
 through the frontend.
 """
 
@@ -91,6 +93,8 @@ FEATURES = ("numbers", "date", "time", "money", "phone", "percent", "units", "ab
             "code-switch", "question", "exclamation")
 
 TEXTS_FILE = "texts.jsonl"
+#: the shipped set (package data of ``cosyvino.quantize``, see pyproject.toml)
+SHIPPED_CALIB_DIR = Path(__file__).resolve().parent / "calib"
 PLAIN_TEXTS_FILE = "texts.txt"
 MANIFEST_FILE = "manifest.json"
 FORMAT = "cosyvino-calibration-texts"
@@ -237,14 +241,15 @@ def assign_splits(items: Iterable) -> dict[str, str]:
 # --------------------------------------------------------------------------- locating files
 
 def default_calib_dir() -> Path:
-    """``$COSYVINO_CALIB_DIR`` if set, else ``calib/`` of the checkout cosyvino runs from (the
-    editable / source install). Raises ModelDirError when it does not exist."""
+    """``$COSYVINO_CALIB_DIR`` if set, else the shipped set: ``calib/`` next to this module
+    (package data, so in a wheel install as in a checkout). Raises ModelDirError when it does
+    not exist."""
     env = os.environ.get("COSYVINO_CALIB_DIR")
-    path = Path(env).expanduser() if env else Path(__file__).resolve().parents[2] / "calib"
+    path = Path(env).expanduser() if env else SHIPPED_CALIB_DIR
     if not (path / TEXTS_FILE).is_file():
         raise ModelDirError(
-            f"calibration set not found at {path} (no {TEXTS_FILE}); it ships in calib/ of the "
-            "cosyvino source tree: install from a checkout (pip install -e .), set "
+            f"calibration set not found at {path} (no {TEXTS_FILE}); it ships inside the "
+            "cosyvino package (cosyvino/quantize/calib/): reinstall cosyvino, set "
             "COSYVINO_CALIB_DIR, or pass the path of your own texts file", str(path))
     return path
 
@@ -666,7 +671,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("command", choices=("manifest", "refresh", "check"),
                     help="manifest: rewrite manifest.json; refresh: recompute length/split "
                          "(and missing speakers) and the manifest; check: verify everything")
-    ap.add_argument("dir", nargs="?", default=None, help="directory (default: shipped calib/)")
+    ap.add_argument("dir", nargs="?", default=None,
+                    help="directory (default: the shipped set, cosyvino/quantize/calib/)")
     ap.add_argument("--jsonl", action="store_true",
                     help="refresh of a texts.txt directory: also write texts.jsonl (all "
                          "fields, for hand-editing), which then becomes the source of truth; "

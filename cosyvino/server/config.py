@@ -50,6 +50,15 @@ class ServerConfig:
     num_speech_tokens: int | None = None
     #: warm-up synthesis before /ready turns true
     warmup: bool = True
+    #: seconds between SIGTERM and the drain: /ready is 503 at once, but the listener keeps
+    #: serving new requests meanwhile (load balancers / Kubernetes endpoints catch up)
+    shutdown_delay: float = 0.0
+    #: ``text`` or ``json`` (one object per line; :mod:`cosyvino.server.logs`)
+    log_format: str = "text"
+    #: origins allowed by CORS (``*`` = any); empty = no CORS headers at all (the default)
+    cors_origins: tuple[str, ...] = ()
+    #: voice aliases over the defaults (:mod:`cosyvino.server.aliases`): name -> voice
+    voice_aliases: dict = field(default_factory=dict)
     backend_options: dict = field(default_factory=dict)
     #: where these settings came from (for logs and /ready)
     source: str = "flags"
@@ -63,6 +72,14 @@ class ServerConfig:
             raise InputError(f"request timeout must be > 0, got {self.request_timeout}")
         if self.drain_timeout is not None and not self.drain_timeout >= 0:
             raise InputError(f"drain timeout must be >= 0, got {self.drain_timeout}")
+        if not self.shutdown_delay >= 0:
+            raise InputError(f"shutdown delay must be >= 0, got {self.shutdown_delay}")
+        if self.log_format not in ("text", "json"):
+            raise InputError(f"log format must be text or json, got {self.log_format!r}")
+        for origin in self.cors_origins:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise InputError(f"CORS origin {origin!r} must be '*' or start with http:// "
+                                 "or https:// (e.g. https://chat.example.com)")
         if self.max_upload_bytes < self.max_body_bytes:
             raise InputError(f"max upload bytes ({self.max_upload_bytes}) must be at least the "
                              f"body limit ({self.max_body_bytes})")

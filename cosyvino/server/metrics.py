@@ -1,10 +1,17 @@
-"""Prometheus metrics (own registry per app) and the ASGI middleware that records requests."""
+"""Prometheus metrics (own registry per app) and the ASGI middleware that records requests.
+
+Besides the server's own metrics the registry holds prometheus_client's process metrics
+(``process_cpu_seconds_total``, ``process_resident_memory_bytes``, ``process_open_fds``, ...;
+Linux ``/proc``) and platform info (``python_info``), and the capacity gauges an autoscaler
+reads: ``cosyvino_capacity_utilization`` = (running + queued requests) / ``cosyvino_sessions``
+(above 1: requests wait for a session). See docs/server.md, "GET /metrics"."""
 
 from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector,
+                               ProcessCollector)
 
 _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
 _RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 4, 8)
@@ -47,11 +54,27 @@ class Metrics:
                                      "new request would get a session", registry=r)
         self.estimated_rtf = Gauge("cosyvino_estimated_rtf", "Admission estimate: wall "
                                    "seconds per second of speech", registry=r)
+        self.sessions = Gauge("cosyvino_sessions", "Configured concurrent synthesis sessions "
+                              "(--max-sessions)", registry=r)
+        self.capacity = Gauge("cosyvino_capacity_utilization", "(running + queued requests) "
+                              "/ sessions; above 1 requests wait for a session", registry=r)
+        self.build_info = Gauge("cosyvino_build_info", "Always 1; the labels say what runs",
+                                ["version", "backend"], registry=r)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+
+    def track_capacity(self, admitted, sessions: int) -> None:
+        """Compute ``cosyvino_capacity_utilization`` at each scrape as ``admitted() /
+        sessions`` (``admitted``: a callable giving running + queued requests) and set
+        ``cosyvino_sessions``."""
+        self.sessions.set(sessions)
+        self.capacity.set_function(lambda: admitted() / sessions)
 
 
 #: endpoint label values (anything else is "other": bounded label cardinality)
 ENDPOINTS = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/inference_sft",
-             "/health", "/ready", "/metrics")
+             "/inference_zero_shot", "/inference_cross_lingual", "/inference_instruct",
+             "/inference_vc", "/health", "/ready", "/metrics")
 
 
 class MetricsMiddleware:

@@ -301,31 +301,13 @@ class SynthesisPool:
 
     def _load_synthesizers(self) -> list:
         from ..defaults import ensure_default_model
-        from ..synthesizer import Synthesizer
 
         c = self.config
-        n = c.max_sessions
         start = time.perf_counter()
         # `cosyvino serve` without a model dir: the CLI's default path (created once, loudly)
-        model_dir = c.model_dir or ensure_default_model()
-        # every instance on the same voice store: a voice registered through one is seen by all
-        voices = {} if c.voices_dir is None else {"voices_dir": c.voices_dir}
-        first = Synthesizer(model_dir, backend=c.backend, num_threads=c.threads, **voices,
-                            **c.backend_options)
-        if n == 1:
-            out = [first]
-        elif getattr(first.stages, "thread_safe", False):
-            # One model in memory shared by all workers; their steps run in parallel.
-            first.set_max_parallel(n)
-            out = [first]
-        else:
-            # the prompt models (~0.5 GB full size) are loaded once and shared
-            out = [first] + [Synthesizer(model_dir, backend=c.backend, num_threads=c.threads,
-                                         prompt_encoder=first.prompt_encoder, **voices,
-                                         **c.backend_options)
-                             for _ in range(n - 1)]
-        log.info("loaded %d model instance(s) for %d session(s) on %s in %.1f s", len(out), n,
-                 c.backend, time.perf_counter() - start)
+        out = load_synthesizers(c, c.model_dir or ensure_default_model())
+        log.info("loaded %d model instance(s) for %d session(s) on %s in %.1f s", len(out),
+                 c.max_sessions, c.backend, time.perf_counter() - start)
         return out
 
     # ---- validation (any thread) -------------------------------------------------------------
@@ -714,3 +696,26 @@ class Job:
             return get.result()
         get.cancel()
         return ("stopped", None) if stopped in done else ("timeout", None)
+
+
+def load_synthesizers(config, model_dir: str) -> list:
+    """The model instances that serve ``config.max_sessions`` sessions of ``model_dir``
+    (``config``: a :class:`~cosyvino.server.config.ServerConfig`): one
+    :class:`~cosyvino.Synthesizer` shared by every session when its stages are thread-safe
+    (their steps run in parallel), else one per session sharing the prompt models (~0.5 GB
+    full size). All on the same voice store, so a voice registered through one is seen by
+    all. Raises what :class:`~cosyvino.Synthesizer` raises (ModelDirError, BackendError...)."""
+    from ..synthesizer import Synthesizer
+
+    n = config.max_sessions
+    voices = {} if config.voices_dir is None else {"voices_dir": config.voices_dir}
+    first = Synthesizer(model_dir, backend=config.backend, num_threads=config.threads,
+                        **voices, **config.backend_options)
+    if n == 1:
+        return [first]
+    if getattr(first.stages, "thread_safe", False):
+        first.set_max_parallel(n)
+        return [first]
+    return [first] + [Synthesizer(model_dir, backend=config.backend, num_threads=config.threads,
+                                  prompt_encoder=first.prompt_encoder, **voices,
+                                  **config.backend_options) for _ in range(n - 1)]

@@ -10,6 +10,7 @@ A synthesis request goes: body -> :mod:`.schemas` (400) -> validation on the loa
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import logging
@@ -25,15 +26,19 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .. import __version__
 from ..errors import CosyvinoError, InputError, UnknownSpeakerError
+from .aliases import apply_alias, resolve_aliases
 from .cache import ResultCache, cache_key, model_fingerprint, request_inputs_key
 from .config import ServerConfig
 from .errors import (APIError, busy_error, input_error, not_ready_error, too_long_error,
                      voice_error)
+from .logs import RequestIdMiddleware
 from .metrics import Metrics, MetricsMiddleware
 from .pool import Busy, NotReady, SynthesisPool, TooLong
 from .schemas import (CrossLingualForm, InstructForm, SftForm, SpeechParams, VcForm, VoiceForm,
-                      ZeroShotForm, normalize_for_key, parse, parse_speech_request)
+                      SpeechBody, ZeroShotForm, normalize_for_key, openapi_form_body,
+                      openapi_json_body, parse, parse_speech_request)
 from .streaming import SynthesisResponse, cached_response
 
 log = logging.getLogger("cosyvino.server")
@@ -48,6 +53,8 @@ class AppState:
     Attributes:
         on_load_failed: called (from the loader thread) with the exception when the model
             fails to load; :mod:`cosyvino.server.runner` sets it to stop the server.
+        stopping: set by the runner at SIGTERM: ``/ready`` answers 503 from then on, while
+            requests are still served until the drain starts (``--shutdown-delay``).
     """
 
     def __init__(self, config: ServerConfig, synthesizers=None):
@@ -58,6 +65,9 @@ class AppState:
         self.fingerprint = ""
         self.started_at = time.time()
         self.on_load_failed = None
+        self.stopping = False
+        self.metrics.track_capacity(lambda: self.pool.admitted, self.config.max_sessions)
+        self.metrics.build_info.labels(__version__, self.config.backend).set(1)
 
     @property
     def sample_rate(self) -> int:
@@ -70,6 +80,11 @@ class AppState:
             self.fingerprint = model_fingerprint(synth.model_dir, synth.backend_name)
             self.cache = ResultCache(c.cache_dir, memory_bytes=int(c.cache_memory_mb * 2**20),
                                      disk_bytes=int(c.cache_disk_mb * 2**20))
+
+    def aliases(self, synth) -> dict[str, str]:
+        """The voice alias table for ``synth`` (:mod:`.aliases`: defaults for its speakers,
+        then ``--voice-alias``)."""
+        return resolve_aliases(synth.speakers, self.config.voice_aliases)
 
     def synth(self):
         """The loaded synthesizer, or APIError 503 ``not_ready``."""
@@ -224,10 +239,21 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             # anything left past its timeout is cancelled and the scheduler stopped.
             await run_in_threadpool(state.pool.shutdown, True)
 
-    app = FastAPI(title="cosyvino", version=_version(), lifespan=lifespan,
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(title="cosyvino", version=__version__, lifespan=lifespan,
+                  docs_url="/docs", redoc_url=None,
+                  description="OpenAI-compatible and CosyVoice-compatible speech synthesis "
+                  "(docs/server.md)")
     app.state.cosyvino = state
+    # outermost last: request id (and the access line) around everything, CORS preflights
+    # answered before any route (no auth on a preflight), metrics around the routes
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    if config.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
+                           allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=["X-Request-ID", "Retry-After"])
+    app.add_middleware(RequestIdMiddleware)
     _error_handlers(app)
 
     def check_auth(request: Request) -> None:
@@ -281,12 +307,17 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         return SynthesisResponse(state, request, p, key, started)
 
     # ---- OpenAI-compatible -------------------------------------------------------------------
-    @app.post("/v1/audio/speech")
+    @app.post("/v1/audio/speech", openapi_extra=openapi_json_body(SpeechBody))
     async def speech(request: Request):
         check_auth(request)
         body = json_body(await read_body(request, config.max_body_bytes))
         synth = state.synth()
         p = parse_speech_request(body, synth.speakers[0] if synth.speakers else None)
+        aliases = state.aliases(synth)
+        if p.voice in aliases:  # an OpenAI voice name, unless the model has that voice
+            voice = apply_alias(p.voice, await run_in_threadpool(lambda: synth.voices),
+                                aliases)
+            p = dataclasses.replace(p, voice=voice)
         if p.instruction is not None and "instruct" not in synth.modes:
             # never silently ignored: only an Instruct model follows instructions
             raise APIError(400, "'instructions' needs an Instruct model (mode 'instruct', e.g. "
@@ -310,9 +341,12 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         check_auth(request)
         synth = state.synth()
         objects = await run_in_threadpool(_voice_objects, synth)
-        return {"object": "list", "voices": [v["id"] for v in objects], "data": objects}
+        # Open WebUI reads voices[].id / .name; OpenAI-style clients data[].id
+        return {"object": "list", "voices": objects, "data": objects,
+                "aliases": state.aliases(synth)}
 
-    @app.post("/v1/audio/voices")
+    @app.post("/v1/audio/voices", openapi_extra=openapi_form_body(
+        VoiceForm, files=("file",), required_files=("file",)))
     async def add_voice(request: Request):
         check_auth(request)
         fields, files = await upload_fields(
@@ -358,7 +392,6 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         return {"id": voice_id, "object": "voice", "deleted": True}
 
     # ---- CosyVoice-compatible ----------------------------------------------------------------
-    @app.api_route("/inference_sft", methods=["GET", "POST"])
     async def inference_sft(request: Request):
         check_auth(request)
         fields = await sft_fields(request, await read_body(request, config.max_body_bytes))
@@ -369,25 +402,28 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             if form.spk_id is None else ""
         return await start_synthesis(form.params(default_voice))
 
-    def cosyvoice_mode_endpoint(path: str, form_cls, takes_files: bool):
+    _get_and_post(app, "/inference_sft", inference_sft, openapi_form_body(SftForm))
+
+    def cosyvoice_mode_endpoint(path: str, form_cls, uploads: tuple[str, ...]):
         """One of the official server's prompt / instruct endpoints (GET or POST; fields from
         the query string and the body, files as multipart uploads)."""
 
         async def endpoint(request: Request):
             check_auth(request)
-            limit = config.max_upload_bytes if takes_files else config.max_body_bytes
+            limit = config.max_upload_bytes if uploads else config.max_body_bytes
             fields, files = await upload_fields(request, await read_body(request, limit))
             form = parse(form_cls, fields)
             state.synth()  # 503 while loading, before anything else is read
             return await start_synthesis(form.params(files))
 
         endpoint.__name__ = path.strip("/")
-        app.api_route(path, methods=["GET", "POST"])(endpoint)
+        _get_and_post(app, path, endpoint, openapi_form_body(form_cls, files=uploads,
+                                                             required_files=uploads))
 
-    cosyvoice_mode_endpoint("/inference_zero_shot", ZeroShotForm, True)
-    cosyvoice_mode_endpoint("/inference_cross_lingual", CrossLingualForm, True)
-    cosyvoice_mode_endpoint("/inference_instruct", InstructForm, False)
-    cosyvoice_mode_endpoint("/inference_vc", VcForm, True)
+    cosyvoice_mode_endpoint("/inference_zero_shot", ZeroShotForm, ("prompt_wav",))
+    cosyvoice_mode_endpoint("/inference_cross_lingual", CrossLingualForm, ("prompt_wav",))
+    cosyvoice_mode_endpoint("/inference_instruct", InstructForm, ())
+    cosyvoice_mode_endpoint("/inference_vc", VcForm, ("source_wav", "prompt_wav"))
 
     # ---- operations --------------------------------------------------------------------------
     @app.get("/health")
@@ -397,8 +433,9 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
     @app.get("/ready")
     async def ready():
         pool = state.pool
-        body = {"ready": pool.ready.is_set() and not pool.draining,
-                "draining": pool.draining, "backend": config.backend,
+        draining = pool.draining or state.stopping
+        body = {"ready": pool.ready.is_set() and not draining,
+                "draining": draining, "version": __version__, "backend": config.backend,
                 "sessions": config.max_sessions, "queue_size": config.queue_size,
                 "in_flight": pool.running, "settings": config.source,
                 "admission": pool.estimates()}
@@ -420,6 +457,18 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
 
     add_web_routes(app, state, config)
     return app
+
+
+def _get_and_post(app: FastAPI, path: str, endpoint, body_schema: dict) -> None:
+    """Route a CosyVoice-compatible endpoint for POST (its form in the OpenAPI schema) and GET
+    (the official client sends its form with GET; the same fields, also from the query
+    string), each with its own operation id."""
+    name = endpoint.__name__
+    app.add_api_route(path, endpoint, methods=["POST"], operation_id=f"{name}_post",
+                      openapi_extra=body_schema)
+    app.add_api_route(path, endpoint, methods=["GET"], operation_id=f"{name}_get",
+                      description="The same fields as POST, in the query string or a form "
+                      "body (what the official CosyVoice client sends).")
 
 
 def _voice_object(synth, name: str) -> dict:
@@ -479,12 +528,3 @@ def _error_handlers(app: FastAPI) -> None:
         log.exception("unhandled error")
         return APIError(500, f"internal error: {type(exc).__name__}",
                         type_="server_error").response()
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("cosyvino")
-    except Exception:  # noqa: BLE001
-        return "0"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import signal
 import time
 
 import uvicorn
 
-from .routes import create_app
 from .config import ServerConfig
+from .logs import configure_logging
+from .routes import create_app
 
 log = logging.getLogger("cosyvino.server")
 
@@ -18,28 +20,52 @@ log = logging.getLogger("cosyvino.server")
 class DrainingServer(uvicorn.Server):
     """uvicorn server that drains before it stops (docs/server.md, "Graceful shutdown").
 
-    On the first SIGTERM/SIGINT: ``/ready`` turns 503 and new syntheses get 503 + Retry-After
+    On SIGTERM with ``ServerConfig.shutdown_delay`` > 0, first the delay: ``/ready`` turns 503
+    at once but everything else is served as before, new connections and syntheses included,
+    so a load balancer (a Kubernetes Service's endpoints) stops sending traffic before the
+    listener closes. Then (at once on SIGINT, or without a delay) the drain: ``/ready`` is
+    503 and new syntheses get 503 + Retry-After
     + ``Connection: close``; the listening socket closes (new connections are refused) but
     open connections stay open, so a request on a keep-alive connection gets that 503 rather
     than a reset. Admitted requests (running and queued) run to the end, for at most
     ``ServerConfig.drain_seconds``; then uvicorn's own shutdown closes the idle connections,
     whatever is left is cancelled and the process exits with status 0 (the signal is not
-    re-raised: a drain is the normal way to stop). A second signal stops at once.
+    re-raised: a drain is the normal way to stop). A second signal (during the delay or the
+    drain) stops at once.
     """
 
     def __init__(self, config: uvicorn.Config, state):
         super().__init__(config)
         self.cosyvino_state = state
         self.drain_cut = 0  # requests still admitted when the drain time ran out
+        self.drain_at: float | None = None  # monotonic time the delayed drain starts
 
     def handle_exit(self, sig, frame):
-        pool = self.cosyvino_state.pool
-        if self.should_exit:  # second signal: stop now
+        state = self.cosyvino_state
+        pool = state.pool
+        if self.should_exit or self.drain_at is not None:  # second signal: stop now
             self.force_exit = True
+            self.should_exit = True
+            pool.draining = True
             pool.cancel_all()
             return
-        pool.draining = True
+        state.stopping = True  # /ready: 503 from now on
+        delay = state.config.shutdown_delay
+        if delay > 0 and sig == signal.SIGTERM:
+            log.info("SIGTERM: not ready; serving for %g s more, then draining", delay)
+            self.drain_at = time.monotonic() + delay
+            return
+        self._start_drain()
+
+    def _start_drain(self) -> None:
+        self.cosyvino_state.pool.draining = True
         self.should_exit = True  # not recorded in _captured_signals: exit 0, not -sig
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_at is not None and not self.should_exit \
+                and time.monotonic() >= self.drain_at:
+            self._start_drain()
+        return await super().on_tick(counter)
 
     def stop_on_load_failure(self, error: BaseException) -> None:
         """Stop serving (the model failed to load); called from the loader thread."""
@@ -84,8 +110,10 @@ def make_server(config: ServerConfig, host: str = "127.0.0.1", port: int = 8000,
     if graceful_timeout is not None:
         config = dataclasses.replace(config, drain_timeout=graceful_timeout)
     app = create_app(config, synthesizers)
+    # logging is ours (logs.configure_logging in run(); the access line is
+    # logs.RequestIdMiddleware's): uvicorn's loggers propagate to the root logger
     ucfg = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                          access_log=log_level == "debug",
+                          log_config=None, access_log=False,
                           timeout_graceful_shutdown=config.drain_seconds)
     server = DrainingServer(ucfg, app.state.cosyvino)
     app.state.cosyvino.on_load_failed = server.stop_on_load_failure
@@ -101,8 +129,7 @@ def run(config: ServerConfig, host: str, port: int, *, log_level: str = "info",
     """Serve until a signal stops the server. Raises :class:`ModelLoadFailed` (from the
     loader's exception) when the model fails to load: the server stops at once, since a
     server that can never become ready would otherwise answer 503 ``not_ready`` forever."""
-    logging.basicConfig(level=getattr(logging, log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(config.log_format, log_level)
     server = make_server(config, host, port, log_level=log_level,
                          graceful_timeout=graceful_timeout)
     server.run()

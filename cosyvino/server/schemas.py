@@ -15,8 +15,8 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo,
-                      model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      ValidationInfo, WithJsonSchema, model_validator)
 from pydantic_core import PydanticCustomError
 
 from ..request import HOP_SCHEDULES, MAX_SPEED, MIN_SPEED, StreamingOptions, SynthesisRequest
@@ -189,23 +189,38 @@ class SpeechBody(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     #: any model id is accepted: one model per server
-    model: Str | None = None
-    input: Annotated[str, _typed((str,), _max_length)]
+    model: Str | None = Field(None, description="Any id (one model per server), e.g. tts-1")
+    input: Annotated[str, _typed((str,), _max_length)] = Field(
+        description="The text to speak", json_schema_extra={"maxLength": MAX_INPUT_CHARS})
     #: a voice id (built-in speaker or registered voice) or ``{"id": ...}``
-    voice: Annotated[str, BeforeValidator(_voice_id)] | None = None
+    voice: Annotated[str, BeforeValidator(_voice_id), WithJsonSchema({
+        "anyOf": [{"type": "string"},
+                  {"type": "object", "properties": {"id": {"type": "string"}},
+                   "required": ["id"]}]})] | None = Field(
+        None, description="A voice id of GET /v1/audio/voices, an OpenAI voice name (an "
+        "alias, docs/server.md) or {\"id\": ...}; default: the model's first speaker")
     response_format: Annotated[str, _typed((str,), _one_of(
         SPEECH_FORMATS, "unsupported response_format {value!r}; choose one of "
-        + ", ".join(SPEECH_FORMATS)))] = "mp3"
-    speed: Annotated[float, _typed((int, float), _speed_range)] = 1.0
+        + ", ".join(SPEECH_FORMATS)))] = Field(
+        "mp3", json_schema_extra={"enum": list(SPEECH_FORMATS)})
+    speed: Annotated[float, _typed((int, float), _speed_range)] = Field(
+        1.0, json_schema_extra={"minimum": MIN_SPEED, "maximum": MAX_SPEED})
     stream_format: Annotated[str, _typed((str,), _one_of(
-        STREAM_FORMATS, "unsupported stream_format {value!r}; choose audio or sse"))] = "audio"
+        STREAM_FORMATS, "unsupported stream_format {value!r}; choose audio or sse"))] = Field(
+        "audio", description="audio: the encoded bytes; sse: OpenAI server-sent events",
+        json_schema_extra={"enum": list(STREAM_FORMATS)})
     #: selects the instruct mode (an Instruct model; a 400 on any other); empty = absent
-    instructions: Annotated[str, _typed((str,), _max_length)] | None = None
-    seed: Annotated[int, _typed((int,), _non_negative)] | None = None
+    instructions: Annotated[str, _typed((str,), _max_length)] | None = Field(
+        None, description="Instruct models only (a 400 on any other)")
+    seed: Annotated[int, _typed((int,), _non_negative)] | None = Field(
+        None, description="Reproducible audio (and a cacheable result)",
+        json_schema_extra={"minimum": 0})
     #: cosyvino extension: the token-hop schedule (first-chunk latency vs official parity)
     hop_schedule: Annotated[str, _typed((str,), _one_of(
         HOP_SCHEDULES, "unsupported hop_schedule {value!r}; choose one of "
-        + ", ".join(HOP_SCHEDULES)))] = "latency"
+        + ", ".join(HOP_SCHEDULES)))] = Field(
+        "latency", description="cosyvino extension: how the audio is cut into chunks",
+        json_schema_extra={"enum": list(HOP_SCHEDULES)})
 
     @model_validator(mode="before")
     @classmethod
@@ -407,3 +422,31 @@ def parse_sft_request(fields: dict, default_voice: str) -> SpeechParams:
 def normalize_for_key(text: str) -> str:
     """Cache-key text: NFC, whitespace runs collapsed, stripped."""
     return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+# ---- OpenAPI ---------------------------------------------------------------------------------
+def openapi_json_body(model: type[BaseModel]) -> dict:
+    """``openapi_extra`` of a route that reads ``model`` as its JSON body by hand (the routes
+    read the body themselves, within the size and depth limits): the request body schema
+    /openapi.json and /docs show."""
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": model.model_json_schema()}}}}
+
+
+def openapi_form_body(model: type[BaseModel], files: tuple[str, ...] = (),
+                      required_files: tuple[str, ...] = ()) -> dict:
+    """``openapi_extra`` of an endpoint taking ``model``'s fields as a form (multipart when it
+    takes the uploads ``files``, else also urlencoded); ``required_files`` must be sent."""
+    schema = model.model_json_schema()
+    props = dict(schema.get("properties", {}))
+    for name in files:
+        props[name] = {"type": "string", "format": "binary",
+                       "description": "a recording (WAV, FLAC, MP3, ...; docs/server.md)"}
+    form = {"type": "object", "properties": props,
+            "required": [*schema.get("required", ()), *required_files]}
+    if schema.get("description"):
+        form["description"] = schema["description"]
+    content = {"multipart/form-data": {"schema": form}}
+    if not files:
+        content["application/x-www-form-urlencoded"] = {"schema": form}
+    return {"requestBody": {"required": bool(form["required"]), "content": content}}

@@ -1,0 +1,473 @@
+"""The web page of ``cosyvino serve`` (issue 18 item 5).
+
+Without a browser: the routes (redirects, content types, security headers, ETag, public while
+an API key guards the API, no reference to anything outside the page's own files). In a real
+headless Chromium driven by Selenium against a live server on 127.0.0.1 (tiny synthetic model,
+with an API key): the voice picker lists the server's voices once the key is entered; Speak
+streams over SSE and schedules exactly the samples of the non-streamed response (pcm and wav
+played as they arrive, with the same int16 sum; mp3 when complete); errors show the server's
+message; a recording uploaded on the page registers a voice, speaks once with it (zero-shot,
+raw stream) and the registered voice is deleted again.
+
+The browser tests need Chromium and its driver (Debian: ``apt-get install chromium
+chromium-driver``) and ``pip install selenium``; they are skipped without them.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import pathlib
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+httpx = pytest.importorskip("httpx")
+
+from cosyvino.server import ServerConfig, create_app  # noqa: E402
+from cosyvino.server import webpage  # noqa: E402
+
+KEY = "web-s3cret"
+TOKENS = 8
+TWO = "第一句话说完了。" * 12 + "Then an English sentence follows here."
+EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+PROMPT_WAV = EXAMPLES / "zero_shot_prompt.wav"
+PROMPT_TEXT = "希望你以后能够做的比我还好呦。"
+CHROMEDRIVER = os.environ.get("COSYVINO_CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+# ---- routes, no browser ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def client():
+    from fastapi.testclient import TestClient
+
+    # no lifespan (no `with`): the model is never loaded; the page does not need it
+    return TestClient(create_app(ServerConfig(api_key=KEY)))
+
+
+def test_root_and_ui_redirect_to_the_page(client):
+    for path in ("/", "/ui"):
+        r = client.get(path, follow_redirects=False)
+        assert r.status_code == 307 and r.headers["location"] == "ui/"
+    r = client.get("/")
+    assert r.status_code == 200 and str(r.url).endswith("/ui/")
+    assert r.headers["content-type"] == "text/html; charset=utf-8"
+    assert '<select id="voice">' in r.text and 'id="speak"' in r.text
+
+
+@pytest.mark.parametrize("name,ctype", [("index.html", "text/html; charset=utf-8"),
+                                        ("app.js", "text/javascript; charset=utf-8"),
+                                        ("app.css", "text/css; charset=utf-8")])
+def test_assets_have_their_content_types_and_security_headers(client, name, ctype):
+    r = client.get("/ui/" + name)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == ctype
+    assert r.content == (pathlib.Path(webpage.__file__).parent / "web" / name).read_bytes()
+    csp = r.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+    etag = r.headers["etag"]
+    again = client.get("/ui/" + name, headers={"If-None-Match": f'W/{etag}, "other"'})
+    assert again.status_code == 304 and again.content == b""
+    assert client.get("/ui/" + name, headers={"If-None-Match": '"other"'}).status_code == 200
+
+
+def test_page_is_public_while_the_api_needs_the_key(client):
+    assert client.get("/ui/").status_code == 200
+    r = client.get("/v1/audio/voices")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert client.head("/ui/app.js").status_code == 200
+
+
+def test_unknown_page_file_is_a_404_in_the_error_shape(client):
+    r = client.get("/ui/secret.txt")
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "not_found"
+    assert client.get("/ui/..%2Fwebpage.py").status_code == 404
+
+
+def test_page_loads_nothing_from_elsewhere_and_is_not_in_the_api_schema(client):
+    html = client.get("/ui/").text
+    refs = re.findall(r'(?:src|href)="([^"]*)"', html)
+    assert sorted(refs) == ["app.css", "app.js"]
+    for name in webpage.ASSETS:
+        text = client.get("/ui/" + name).text
+        assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/", text), name
+    schema = client.get("/openapi.json")
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    assert "/v1/audio/speech" in paths
+    assert not any(p == "/" or p.startswith("/ui") for p in paths)
+
+
+def test_a_missing_asset_is_a_500_naming_it(monkeypatch):
+    from fastapi.testclient import TestClient
+
+    shipped = webpage.load_assets()
+    assert set(shipped) == set(webpage.ASSETS)  # the package has all of them
+    monkeypatch.setattr(webpage, "load_assets",
+                        lambda: {k: v for k, v in shipped.items() if k != "app.js"})
+    c = TestClient(create_app(ServerConfig()))
+    r = c.get("/ui/app.js")
+    assert r.status_code == 500
+    assert r.json()["error"]["code"] == "web_page_missing" and "app.js" in r.text
+    assert c.get("/ui/").status_code == 200
+
+
+# ---- in a real browser -----------------------------------------------------------------------
+def _browser_or_skip():
+    webdriver = pytest.importorskip("selenium.webdriver",
+                                    reason="selenium is not installed (pip install selenium)")
+    binary = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                   if shutil.which(n)), None)
+    if binary is None:
+        pytest.skip("no Chromium on PATH (Debian: apt-get install chromium chromium-driver)")
+    if not os.path.exists(CHROMEDRIVER):
+        pytest.skip(f"no chromedriver at {CHROMEDRIVER} (Debian: apt-get install "
+                    "chromium-driver; or set COSYVINO_CHROMEDRIVER)")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--autoplay-policy=no-user-gesture-required", "--window-size=1200,1600"):
+        opts.add_argument(flag)
+    try:
+        return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    except Exception as e:  # noqa: BLE001 - selenium's WebDriverException and OS errors
+        pytest.skip(f"Chromium does not start here: {e}")
+
+
+@pytest.fixture(scope="module")
+def tts(tiny_model_dir, tmp_path_factory):
+    from cosyvino import Synthesizer
+
+    return Synthesizer(tiny_model_dir, backend="torch", num_threads=1,
+                       voices_dir=str(tmp_path_factory.mktemp("voices")))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = _browser_or_skip()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def server(browser, tts):
+    from server_harness import RunningServer
+
+    s = RunningServer(ServerConfig(num_speech_tokens=TOKENS, request_timeout=60,
+                                   cache_memory_mb=0, api_key=KEY,
+                                   max_upload_bytes=2 << 20), [tts])
+    yield s
+    s.stop()
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def _wait(driver, condition, timeout=60):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(condition)
+
+
+def _js(driver, expr):
+    return driver.execute_script("return " + expr)
+
+
+def _server_voices(server) -> list[str]:
+    r = httpx.get(server.url + "/v1/audio/voices", headers=AUTH, timeout=30)
+    assert r.status_code == 200, r.text
+    return [v["id"] for v in r.json()["data"]]
+
+
+def _open(driver, server, key=KEY):
+    """The page, loaded, with ``key`` typed into the API-key field (and its voices listed)."""
+    driver.get(server.url + "/")
+    _wait(driver, lambda d: _js(d, "document.body.dataset.state") == "idle")
+    driver.execute_script("sessionStorage.clear()")
+    if key:
+        field = driver.find_element("id", "api-key")
+        field.clear()
+        field.send_keys(key + "\t")  # the change event reloads the voices
+        _wait(driver, lambda d: _js(d, "window.cosyvinoWeb.voices.length") > 0)
+
+
+def _set(driver, element_id, value):
+    el = driver.find_element("id", element_id)
+    el.clear()
+    if value:
+        el.send_keys(value)
+
+
+def _select(driver, element_id, value):
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element("id", element_id)).select_by_value(value)
+
+
+def _click_and_wait(driver, button_id, timeout=120) -> dict:
+    """Clicks a button that runs a synthesis and returns the page's record of it."""
+    runs = _js(driver, "window.cosyvinoWeb.runs")
+    driver.find_element("id", button_id).click()
+    _wait(driver, lambda d: _js(d, "window.cosyvinoWeb.runs") > runs
+          and _js(d, "window.cosyvinoWeb.last.status") != "running", timeout)
+    return _js(driver, "window.cosyvinoWeb.last")
+
+
+def _error_text(driver) -> str:
+    box = driver.find_element("id", "error")
+    _wait(driver, lambda d: box.is_displayed())
+    return box.text
+
+
+def test_voice_picker_needs_the_key_and_then_lists_the_servers_voices(browser, server):
+    _open(browser, server, key=None)
+    assert "invalid or missing API key" in _error_text(browser)
+    assert _js(browser, "window.cosyvinoWeb.voices") == []
+    field = browser.find_element("id", "api-key")
+    field.send_keys(KEY + "\t")
+    _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.voices.length") > 0)
+    want = _server_voices(server)
+    assert _js(browser, "window.cosyvinoWeb.voices") == want
+    options = [o.get_attribute("value") for o in
+               browser.find_element("id", "voice").find_elements("tag name", "option")]
+    assert options == want
+    assert not browser.find_element("id", "error").is_displayed()
+    assert browser.find_element("id", "server-status").text.startswith("ready")
+
+
+def _audio_request(server, body) -> httpx.Response:
+    r = httpx.post(server.url + "/v1/audio/speech", json=body, headers=AUTH, timeout=120)
+    assert r.status_code == 200, r.text
+    return r
+
+
+@pytest.mark.parametrize("fmt,rate", [("pcm", 24000), ("wav", 22050)])
+def test_speak_plays_the_stream_as_it_arrives(browser, server, fmt, rate):
+    _open(browser, server)
+    voice = _server_voices(server)[1]
+    _set(browser, "text", TWO)
+    _select(browser, "voice", voice)
+    _select(browser, "format", fmt)
+    _set(browser, "seed", "3")
+    _set(browser, "speed", "1")
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done", rec
+    body = {"input": TWO, "voice": voice, "response_format": fmt, "seed": 3, "speed": 1.0,
+            "hop_schedule": "latency"}
+    whole = _audio_request(server, body).content
+    if fmt == "wav":
+        import soundfile as sf
+
+        samples, sr = sf.read(io.BytesIO(whole), dtype="int16")
+        assert sr == rate
+    else:
+        samples = np.frombuffer(whole, "<i2")
+    sse = _audio_request(server, {**body, "stream_format": "sse"}).text
+    events = [json.loads(line[6:]) for line in sse.splitlines() if line.startswith("data: ")]
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 2  # two segments: the page got the audio in pieces
+    assert rec["chunks"] == len(deltas)
+    assert rec["bytes"] == sum(len(base64.b64decode(e["audio"])) for e in deltas) == len(whole)
+    assert rec["sampleRate"] == rate
+    assert rec["samples"] == samples.shape[0]
+    assert rec["sampleSum"] == int(samples.astype(np.int64).sum())
+    assert rec["tokens"] == events[-1]["usage"]["output_tokens"]
+    assert 0 < rec["firstChunkMs"] <= rec["totalMs"]
+    assert rec["playStartMs"] >= rec["firstChunkMs"]
+    rows = browser.find_element("id", "chunk-table").find_elements("css selector", "tbody tr")
+    assert len(rows) == len(deltas)
+    assert browser.find_element("id", "stat-first").text.endswith(" ms")
+    link = browser.find_element("id", "download")
+    assert link.is_displayed() and link.get_attribute("href").startswith("blob:")
+
+
+def test_a_compressed_format_plays_when_complete(browser, server):
+    _open(browser, server)
+    _set(browser, "text", "Hello from the browser test.")
+    _select(browser, "format", "mp3")
+    _set(browser, "seed", "2")
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done", rec
+    assert rec["chunks"] >= 1 and rec["sampleSum"] is None
+    seconds = np.frombuffer(_audio_request(server, {
+        "input": "Hello from the browser test.", "voice": _server_voices(server)[0],
+        "response_format": "pcm", "seed": 2}).content, "<i2").shape[0] / 24000
+    # decoded by the browser at its own rate, with the mp3's encoder delay and padding
+    assert abs(rec["samples"] / rec["sampleRate"] - seconds) < 0.15
+
+
+@pytest.mark.parametrize("case", ["empty text", "unknown voice", "bad speed"])
+def test_errors_show_the_servers_message(browser, server, case):
+    _open(browser, server)
+    voice = _server_voices(server)[0]
+    text, speed = "Hello.", "1"
+    if case == "empty text":
+        text = ""
+    elif case == "unknown voice":
+        browser.execute_script(
+            "const o = document.createElement('option'); o.value = o.textContent = 'nobody';"
+            "document.getElementById('voice').append(o);")
+        voice = "nobody"
+    else:
+        speed = "9"
+    _set(browser, "text", text)
+    _select(browser, "voice", voice)
+    _select(browser, "format", "pcm")
+    _set(browser, "seed", "")
+    _set(browser, "speed", speed)
+    rec = _click_and_wait(browser, "speak")
+    r = httpx.post(server.url + "/v1/audio/speech", headers=AUTH, timeout=30, json={
+        "model": "tts-1", "input": text, "voice": voice, "response_format": "pcm",
+        "stream_format": "sse", "speed": json.loads(speed), "hop_schedule": "latency"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert rec["status"] == "error" and rec["chunks"] == 0 and rec["samples"] == 0
+    assert rec["error"] == {"status": 400, "message": err["message"], "code": err["code"],
+                            "param": err["param"]}
+    shown = _error_text(browser)
+    assert err["message"] in shown and shown.startswith(f"400 {err['code']}")
+    assert _js(browser, "document.body.dataset.state") == "error"
+    assert not browser.find_element("id", "speak").get_attribute("disabled")
+
+
+def test_voice_cloning_from_an_uploaded_recording(browser, server, tts):
+    pytest.importorskip("onnx")  # the synthetic prompt models of the tiny model
+    _open(browser, server)
+    name = "webvoice"
+    _set(browser, "text", "今天天气很好。")
+    _select(browser, "format", "pcm")
+    _set(browser, "seed", "4")
+    browser.find_element("id", "prompt-file").send_keys(str(PROMPT_WAV))
+    _set(browser, "prompt-text", PROMPT_TEXT)
+    _set(browser, "voice-name", name)
+
+    # speak once with the recording (zero-shot, raw int16 stream at the model rate)
+    rec = _click_and_wait(browser, "speak-prompt")
+    assert rec["status"] == "done", rec
+    assert rec["endpoint"] == "/inference_zero_shot" and rec["sampleRate"] == tts.sample_rate
+    r = httpx.post(server.url + "/inference_zero_shot", headers=AUTH, timeout=120,
+                   data={"tts_text": "今天天气很好。", "prompt_text": PROMPT_TEXT, "seed": "4"},
+                   files={"prompt_wav": ("p.wav", PROMPT_WAV.read_bytes())})
+    assert r.status_code == 200, r.text
+    want = np.frombuffer(r.content, "<i2")
+    assert rec["chunks"] >= 1 and rec["samples"] == want.shape[0] > 0
+    assert rec["sampleSum"] == int(want.astype(np.int64).sum())
+
+    # register it, then speak with the registered voice
+    browser.find_element("id", "register").click()
+    notice = browser.find_element("id", "notice")
+    _wait(browser, lambda d: notice.is_displayed())
+    assert f"registered voice '{name}'" in notice.text and "zero-shot" in notice.text
+    assert name in _js(browser, "window.cosyvinoWeb.voices") and name in _server_voices(server)
+    assert browser.find_element("id", "voice").get_attribute("value") == name
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done", rec
+    same = _audio_request(server, {"input": "今天天气很好。", "voice": name,
+                                   "response_format": "pcm", "seed": 4}).content
+    assert rec["samples"] == len(same) // 2
+    assert rec["sampleSum"] == int(np.frombuffer(same, "<i2").astype(np.int64).sum())
+
+    # registering the name again without "replace" shows the server's 409
+    browser.find_element("id", "register").click()
+    assert "409 voice_exists" in _error_text(browser)
+
+    # delete it (after the confirmation dialog)
+    browser.find_element("id", "delete-voice").click()
+    _wait(browser, lambda d: d.switch_to.alert).accept()
+    _wait(browser, lambda d: name not in _js(d, "window.cosyvinoWeb.voices"))
+    assert name not in _server_voices(server)
+
+
+def test_speak_once_without_a_recording_says_so(browser, server):
+    _open(browser, server)
+    runs = _js(browser, "window.cosyvinoWeb.runs")
+    browser.find_element("id", "speak-prompt").click()
+    assert "choose a recording first" in _error_text(browser)
+    assert _js(browser, "window.cosyvinoWeb.runs") == runs
+
+
+# A stand-in for the server's SSE answer to /v1/audio/speech, installed in the page: the events
+# are sent in 7-byte pieces (events split anywhere), and the stream stays open when `hang`.
+FAKE_SPEECH = """
+const [events, hang] = arguments;
+const realFetch = window.fetch;
+window.fetch = (url, opts) => {
+  if (!String(url).endsWith("/v1/audio/speech")) return realFetch(url, opts);
+  const text = events.map((e) => "data: " + JSON.stringify(e) + "\\n\\n").join("");
+  const bytes = new TextEncoder().encode(text);
+  const body = new ReadableStream({start(c) {
+    for (let i = 0; i < bytes.length; i += 7) c.enqueue(bytes.slice(i, i + 7));
+    if (!hang) c.close();
+    const stop = () => c.error(new DOMException("aborted", "AbortError"));
+    opts.signal.addEventListener("abort", stop);
+  }});
+  return Promise.resolve(new Response(body, {headers: {"content-type": "text/event-stream"}}));
+};
+"""
+
+
+def _delta(samples) -> dict:
+    data = np.asarray(samples, "<i2").tobytes()
+    return {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+
+
+def test_stage_timings_cut_streams_and_stop_on_a_stand_in_stream(browser, server):
+    """What the page does with SSE the live server does not send today: stage timings in
+    ``speech.audio.done`` (shown as a table), an ``error`` event after audio (a cut stream:
+    shown, the audio so far counted) and a stream that does not end (Stop)."""
+    a, b = np.arange(-300, 301, dtype=np.int16), np.full(1001, 7, np.int16)
+    stages = {"llm_decode": {"seconds": 0.25, "calls": 40}, "vocoder": {"seconds": 0.125,
+                                                                        "calls": 2}}
+    _open(browser, server)
+    _select(browser, "format", "pcm")
+    browser.execute_script(FAKE_SPEECH, [_delta(a), _delta(b), {
+        "type": "speech.audio.done", "usage": {"output_tokens": 40, "total_tokens": 40},
+        "stages": stages}], False)
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done" and rec["chunks"] == 2 and rec["tokens"] == 40
+    assert rec["samples"] == a.size + b.size and rec["sampleSum"] == 7 * b.size
+    assert rec["stages"] == stages
+    table = browser.find_element("id", "stage-table")
+    assert table.is_displayed()
+    rows = [[td.text for td in tr.find_elements("tag name", "td")]
+            for tr in table.find_elements("css selector", "tbody tr")]
+    assert rows == [["llm_decode", "0.250", "40"], ["vocoder", "0.125", "2"]]
+
+    _open(browser, server)
+    _select(browser, "format", "pcm")
+    cut = {"message": "synthesis did not finish within 60 s", "type": "server_error",
+           "param": None, "code": "timeout"}
+    browser.execute_script(FAKE_SPEECH, [_delta(a), {"type": "error", "error": cut}], False)
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "error" and rec["samples"] == a.size
+    assert rec["error"]["code"] == "timeout"
+    assert "stream cut timeout synthesis did not finish within 60 s" in _error_text(browser)
+
+    # an event stream that ends without speech.audio.done is a cut too
+    _open(browser, server)
+    _select(browser, "format", "pcm")
+    browser.execute_script(FAKE_SPEECH, [_delta(a)], False)
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "error" and "without speech.audio.done" in _error_text(browser)
+
+    _open(browser, server)
+    _select(browser, "format", "pcm")
+    browser.execute_script(FAKE_SPEECH, [_delta(a)], True)
+    runs = _js(browser, "window.cosyvinoWeb.runs")
+    browser.find_element("id", "speak").click()
+    _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.runs") > runs
+          and _js(d, "window.cosyvinoWeb.last.samples") == a.size)
+    assert _js(browser, "window.cosyvinoWeb.last.status") == "running"
+    browser.find_element("id", "stop").click()
+    _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.last.status") == "stopped")
+    assert not browser.find_element("id", "error").is_displayed()
+    assert not browser.find_element("id", "speak").get_attribute("disabled")
