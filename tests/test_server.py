@@ -153,6 +153,22 @@ def test_wav_is_identical_to_synthesizer_and_has_one_header(server, synth):
     np.testing.assert_array_equal(samples, expected_pcm16(synth, TWO, 11))
 
 
+def test_n_timesteps_reaches_the_engine(server, synth):
+    """The ODE step count of the body is the request's (same samples as the library with it,
+    other samples than the default), on the JSON and the CosyVoice endpoints."""
+    body = {"input": SHORT, "voice": VOICE, "response_format": "wav", "seed": 3}
+    three, _ = wav_samples(post(server.url, dict(body, n_timesteps=3)).content)
+    direct = synth.synthesize(SHORT, VOICE, seed=3, num_speech_tokens=TOKENS, n_timesteps=3)
+    np.testing.assert_array_equal(three, direct.to_int16())
+    default, _ = wav_samples(post(server.url, body).content)  # not the cached 3-step result
+    assert not np.array_equal(default, three)
+    raw = httpx.post(server.url + "/inference_sft", data={"tts_text": SHORT, "spk_id": VOICE,
+                                                          "seed": "3", "n_timesteps": "3"},
+                     timeout=60)
+    assert raw.status_code == 200
+    np.testing.assert_array_equal(np.frombuffer(raw.content, "<i2"), direct.to_int16())
+
+
 def test_single_segment_equals_synthesize(server, synth):
     r = post(server.url, {"input": SHORT, "voice": VOICE, "response_format": "wav", "seed": 3})
     samples, _ = wav_samples(r.content)
@@ -273,6 +289,9 @@ BAD = [
     ("stream-format", {"input": "hi", "voice": VOICE, "stream_format": "ws"}, 400,
      "stream_format", None),
     ("huge-body", b'{"input": "' + b"a" * (2 << 20) + b'"}', 413, None, "body_too_large"),
+    ("steps-0", {"input": "hi", "voice": VOICE, "n_timesteps": 0}, 400, "n_timesteps", None),
+    ("steps-float", {"input": "hi", "voice": VOICE, "n_timesteps": 2.5}, 400, "n_timesteps",
+     "invalid_type"),
 ]
 
 

@@ -290,7 +290,8 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             key = cache_key(model=state.fingerprint, text=normalize_for_key(p.text),
                             speed=p.speed, format=p.fmt, seed=p.seed,
                             tokens=n_tokens, sampling=repr(synth.config.llm.sampling),
-                            hops=p.hop_schedule, **request_inputs_key(request))
+                            hops=p.hop_schedule, steps=p.n_timesteps,
+                            **request_inputs_key(request))
             data = await run_in_threadpool(state.cache.get, key)
             if data is not None:
                 state.metrics.cache_hits.inc()

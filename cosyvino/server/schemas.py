@@ -19,7 +19,8 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
                       ValidationInfo, WithJsonSchema, model_validator)
 from pydantic_core import PydanticCustomError
 
-from ..request import HOP_SCHEDULES, MAX_SPEED, MIN_SPEED, StreamingOptions, SynthesisRequest
+from ..request import (HOP_SCHEDULES, MAX_SPEED, MAX_TIMESTEPS, MIN_SPEED, MIN_TIMESTEPS,
+                       StreamingOptions, SynthesisRequest)
 from .config import MAX_INPUT_CHARS
 from .encoding import SPEECH_FORMATS
 from .errors import APIError
@@ -42,6 +43,7 @@ class SpeechParams:
         stream_format: ``audio`` (the bytes) or ``sse`` (OpenAI server-sent events).
         hop_schedule: how audio is cut into chunks (:data:`cosyvino.request.HOP_SCHEDULES`;
             ``latency`` = the earliest first chunk).
+        n_timesteps: CFM ODE steps (None: the model's), :class:`cosyvino.request.SynthesisRequest`.
             text_param / voice_param: the endpoint's names of the text and voice fields, for errors.
         mode: the synthesis mode the endpoint asks for (None: the first that fits the inputs,
             :class:`cosyvino.request.SynthesisRequest`).
@@ -67,6 +69,7 @@ class SpeechParams:
     source_audio: bytes | None = None
     instruction: str | None = None
     fields: tuple[tuple[str, str], ...] = ()
+    n_timesteps: int | None = None
 
     @property
     def sse(self) -> bool:
@@ -80,6 +83,7 @@ class SpeechParams:
         """The engine request (``num_speech_tokens``: the server's forced count, if any)."""
         return SynthesisRequest(text=self.text, voice=self.voice, speed=self.speed,
                                 seed=self.seed, num_speech_tokens=num_speech_tokens,
+                                n_timesteps=self.n_timesteps,
                                 streaming=StreamingOptions(self.hop_schedule), mode=self.mode,
                                 prompt_audio=self.prompt_audio, prompt_text=self.prompt_text,
                                 source_audio=self.source_audio, instruction=self.instruction)
@@ -135,6 +139,13 @@ def _one_of(choices: tuple, message: str):
 def _non_negative(value: int, name: str) -> int:
     if value < 0:
         raise _fail("invalid_value", f"'{name}' must be a non-negative integer, got {value}")
+    return value
+
+
+def _timesteps_range(value: int, name: str) -> int:
+    if not MIN_TIMESTEPS <= value <= MAX_TIMESTEPS:
+        raise _fail("invalid_value", f"'{name}' must be an integer between {MIN_TIMESTEPS} and "
+                    f"{MAX_TIMESTEPS}, got {value}")
     return value
 
 
@@ -221,6 +232,11 @@ class SpeechBody(BaseModel):
         + ", ".join(HOP_SCHEDULES)))] = Field(
         "latency", description="cosyvino extension: how the audio is cut into chunks",
         json_schema_extra={"enum": list(HOP_SCHEDULES)})
+    #: cosyvino extension: CFM ODE steps (speed vs fidelity to the official audio)
+    n_timesteps: Annotated[int, _typed((int,), _timesteps_range)] | None = Field(
+        None, description="cosyvino extension: flow-matching ODE steps (default: the "
+        "model's, 10); fewer is faster and further from the official audio",
+        json_schema_extra={"minimum": MIN_TIMESTEPS, "maximum": MAX_TIMESTEPS})
 
     @model_validator(mode="before")
     @classmethod
@@ -236,7 +252,8 @@ class SpeechBody(BaseModel):
         return SpeechParams(self.input, voice, self.response_format,
                             float(self.speed), self.seed, self.stream_format,
                             hop_schedule=self.hop_schedule, instruction=instruction,
-                            fields=(("instruction", "instructions"),))
+                            fields=(("instruction", "instructions"),),
+                            n_timesteps=self.n_timesteps)
 
 
 def parse_speech_request(body, default_voice: str | None) -> SpeechParams:
@@ -274,6 +291,17 @@ def _sft_seed(value):
         raise _fail("invalid_type", "'seed' must be a non-negative integer") from None
 
 
+def _sft_timesteps(value):
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise _fail("invalid_type", f"'n_timesteps' must be an integer, got {value!r}"
+                    ) from None
+    return _timesteps_range(number, "n_timesteps")
+
+
 def _sft_schedule(value):
     if value not in HOP_SCHEDULES:
         raise _fail("invalid_value", f"unsupported hop_schedule {value!r}; choose one of "
@@ -283,18 +311,20 @@ def _sft_schedule(value):
 
 class _CosyVoiceForm(BaseModel):
     """Fields every CosyVoice-compatible endpoint takes besides its own (extensions of the
-    official server: ``speed``, ``seed``, ``hop_schedule``)."""
+    official server: ``speed``, ``seed``, ``hop_schedule``, ``n_timesteps``)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     speed: Annotated[float, BeforeValidator(_sft_speed)] = 1.0
     seed: Annotated[int | None, BeforeValidator(_sft_seed)] = None
     hop_schedule: Annotated[str, BeforeValidator(_sft_schedule)] = "latency"
+    n_timesteps: Annotated[int | None, BeforeValidator(_sft_timesteps)] = None
 
     def _params(self, text: str, voice: str | None, **mode_inputs) -> SpeechParams:
         return SpeechParams(text, voice, "raw", self.speed, self.seed, "audio",
                             text_param="tts_text", voice_param="spk_id",
-                            hop_schedule=self.hop_schedule, **mode_inputs)
+                            hop_schedule=self.hop_schedule, n_timesteps=self.n_timesteps,
+                            **mode_inputs)
 
 
 class SftForm(_CosyVoiceForm):
