@@ -111,8 +111,9 @@ def test_cli_json_k8s_and_refusal(tmp_path):
     r = CliRunner().invoke(main, ["plan", "--model-dir", str(tmp_path), "--no-write",
                                   "--emit", "k8s", "--threads", "1"])
     assert r.exit_code == 0, r.output
-    doc = yaml.safe_load(r.output)
-    assert doc["resources"]["limits"]["cpu"] == "1"
+    deploy = next(d for d in yaml.safe_load_all(r.output) if d["kind"] == "Deployment")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["cpu"] == "1"
     r = CliRunner().invoke(main, ["plan", "--model-dir", str(tmp_path), "--no-write",
                                   "--memory-limit", "1Gi"])
     assert r.exit_code == 2 and "not enough memory" in r.output

@@ -97,7 +97,7 @@ def test_environment_counts_as_explicit_against_the_plan(plan_file, captured, mo
     config, host, port = captured[-1]
     # the variable beat the plan's max_sessions = 2; the plan still gives queue and threads
     assert (config.max_sessions, config.queue_size, config.threads) == (1, 3, 1)
-    assert config.source == f"plan {os.path.abspath(plan_file)}"
+    assert config.source == f"plan {os.path.abspath(plan_file)}, overridden by --max-sessions"
     assert (host, port, config.cache_dir, config.cache_memory_mb) == ("127.0.0.2", 8123, None,
                                                                       0.0)
     assert (config.shutdown_delay, config.drain_seconds) == (5.0, 20.0)

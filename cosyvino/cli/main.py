@@ -122,39 +122,11 @@ def _run_settings(ctx, plan_path, model_dir, backend, threads) -> dict:
     ``source`` says where the values came from, ``notes`` what was not used and why.
 
     Raises InputError / PlanError: an unreadable plan file."""
-    from click.core import ParameterSource
+    from cosyvino.cli.plan_settings import merge_plan
 
-    from cosyvino.server.config import find_plan, settings_from_plan
-
-    settings = {"model_dir": model_dir, "backend": backend, "threads": threads,
-                "backend_options": {}}
-    given = {k for k in ("model_dir", "backend", "threads") if ctx.get_parameter_source(k) in (
-        ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
-    source, notes = ("flags" if given else "defaults"), []
-    path = plan_path if plan_path is not None else find_plan(model_dir)
-    if path is not None:
-        planned = settings_from_plan(path)
-        planned_dir = planned.get("model_dir")
-        if "model_dir" in given and planned_dir and not _same_model(model_dir, planned_dir):
-            notes.append(f"plan {os.path.abspath(path)} is for {planned_dir}, not {model_dir}: "
-                         "not used")
-        else:
-            for key, value in planned.items():
-                if key in settings and key not in given and not (
-                        key == "backend_options" and "backend" in given):
-                    settings[key] = value
-            overridden = sorted(k.replace("_", "-") for k in given - {"model_dir"}
-                                if k in planned)
-            source = f"plan {os.path.abspath(path)}" + (
-                f", overridden by --{', --'.join(overridden)}" if overridden else "")
+    settings, source, notes = merge_plan(
+        ctx, {"model_dir": model_dir, "backend": backend, "threads": threads}, plan_path)
     return dict(settings, source=source, notes=notes)
-
-
-def _same_model(a: str, b: str) -> bool:
-    """True when model dirs ``a`` and ``b`` are the same or one holds the other (a plan made for
-    D may name D or a converted dir inside it, e.g. D/openvino-int8)."""
-    a, b = (os.path.realpath(os.path.expanduser(p)) for p in (a, b))
-    return os.path.commonpath([a, b]) in (a, b)
 
 
 def _describe(run: dict) -> str:

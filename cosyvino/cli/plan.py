@@ -44,7 +44,42 @@ def parse_bytes(text: str) -> int:
 @click.option("--tune-tokens", type=click.IntRange(min=5), default=50, show_default=True,
               help="Forced speech tokens per tuning run (50 = 1 s of audio).")
 @click.option("--emit", type=click.Choice(["k8s"]), default=None,
-              help="Print Kubernetes container resources/env matching the plan.")
+              help="Print Kubernetes manifests sized by the plan (ConfigMap, Deployment, "
+                   "Service, PodDisruptionBudget, autoscaler; docs/deploy.md).")
+@click.option("--k8s-image", default="cosyvino:latest", show_default=True,
+              help="--emit k8s: container image (deploy/Containerfile).")
+@click.option("--k8s-name", default="cosyvino", show_default=True,
+              help="--emit k8s: name of the objects (a DNS label).")
+@click.option("--k8s-namespace", default=None, help="--emit k8s: namespace of the objects.")
+@click.option("--k8s-replicas", type=click.IntRange(min=1), default=2, show_default=True,
+              help="--emit k8s: minimum replicas (the fixed count with --k8s-autoscaler "
+                   "none).")
+@click.option("--k8s-max-replicas", type=click.IntRange(min=1), default=10, show_default=True,
+              help="--emit k8s: most replicas the autoscaler may run.")
+@click.option("--k8s-autoscaler", type=click.Choice(["keda", "hpa", "none"]), default="keda",
+              show_default=True,
+              help="--emit k8s: KEDA ScaledObject (Prometheus trigger) or HPA v2 on the Pods "
+                   "metric (Prometheus adapter), both on cosyvino_capacity_utilization.")
+@click.option("--k8s-target-utilization", type=click.FloatRange(min=0.05, max=4.0),
+              default=0.8, show_default=True,
+              help="--emit k8s: (running + queued) requests per session the autoscaler keeps "
+                   "per pod on average.")
+@click.option("--k8s-prometheus", default="http://prometheus-operated.monitoring.svc:9090",
+              show_default=True, help="--emit k8s: Prometheus server KEDA queries.")
+@click.option("--k8s-static-cpu", is_flag=True,
+              help="--emit k8s: the nodes run the kubelet's static CPU manager (exclusive "
+                   "cores): the plan may pin threads. Without it pinning is planned off.")
+@click.option("--k8s-shutdown-delay", type=click.FloatRange(min=0), default=10.0,
+              show_default=True,
+              help="--emit k8s: seconds the preStop hook waits before SIGTERM (the pod leaves "
+                   "the Service endpoints meanwhile).")
+@click.option("--k8s-drain-timeout", type=click.FloatRange(min=0), default=60.0,
+              show_default=True,
+              help="--emit k8s: seconds running requests get after SIGTERM "
+                   "(COSYVINO_DRAIN_TIMEOUT); the grace period is delay + drain + 5 s.")
+@click.option("--k8s-model-dir", default="/models/cosyvino", show_default=True,
+              help="--emit k8s: the model dir inside the image (the ConfigMap's plan "
+                   "serves it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--backend", default=None, help="Override: backend plugin.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -63,14 +98,29 @@ def parse_bytes(text: str) -> int:
 @click.option("--memory-limit", default=None,
               help="Override the memory budget (e.g. 8Gi) instead of the cgroup/RAM size.")
 @_errors
-def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, as_json,
-         backend, threads, streams, pinning, sessions, queue, precision, shared_host,
-         memory_limit):
+def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, k8s_image,
+         k8s_name, k8s_namespace, k8s_replicas, k8s_max_replicas, k8s_autoscaler,
+         k8s_target_utilization, k8s_prometheus, k8s_static_cpu, k8s_shutdown_delay,
+         k8s_drain_timeout, k8s_model_dir, as_json, backend, threads, streams, pinning,
+         sessions, queue, precision, shared_host, memory_limit):
     """Probe this machine and write a deployment plan (threads, streams, backend, precision,
     sessions) that `cosyvino serve` and Synthesizer.auto() follow. See docs/planner.md."""
     from cosyvino.planner import make_plan, probe
-    from cosyvino.planner.report import emit_k8s, format_plan
+    from cosyvino.planner.k8s import K8sOptions, emit_k8s
+    from cosyvino.planner.report import format_plan
 
+    k8s = None
+    if emit == "k8s":
+        k8s = K8sOptions(
+            name=k8s_name, namespace=k8s_namespace, image=k8s_image, replicas=k8s_replicas,
+            max_replicas=k8s_max_replicas, autoscaler=k8s_autoscaler,
+            target_utilization=k8s_target_utilization, prometheus=k8s_prometheus,
+            static_cpu=k8s_static_cpu, shutdown_delay=k8s_shutdown_delay,
+            drain_timeout=k8s_drain_timeout, model_dir=k8s_model_dir).validated()
+        if not k8s_static_cpu:
+            # a pod without exclusive cores shares the node's CPUs with other pods (a CFS
+            # quota, not cores): plan it as a shared host, i.e. without pinning
+            shared_host = True
     if model_dir is None:
         from cosyvino.defaults import default_model_dir
         model_dir = default_model_dir()
@@ -101,8 +151,8 @@ def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, 
             result.path = os.path.abspath(out)
         else:
             path = result.save(out)
-    if emit == "k8s":
-        click.echo(emit_k8s(result), nl=False)
+    if k8s is not None:
+        click.echo(emit_k8s(result, k8s), nl=False)
     elif as_json:
         click.echo(result.to_json())
     else:

@@ -10,8 +10,8 @@ import sys
 import threading
 
 import click
-from click.core import ParameterSource
 
+from cosyvino.cli.plan_settings import EXPLICIT
 from cosyvino.errors import CosyvinoError
 
 #: options that become replica settings (``ServerConfig`` fields) when given explicitly
@@ -96,8 +96,7 @@ def ray_serve(ctx, plan_path, model_dir, address, host, port, replicas, max_repl
                    "'cosyvino[ray]'", err=True)
         sys.exit(2)
     given = {name: value for name, value in ctx.params.items()
-             if name in _SETTINGS and ctx.get_parameter_source(name) in (
-                 ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
+             if name in _SETTINGS and ctx.get_parameter_source(name) in EXPLICIT}
     if plan_path is None:
         plan_path = find_plan(model_dir)
     if plan_path is None:  # no plan: the flags' values (their defaults included)

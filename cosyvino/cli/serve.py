@@ -8,7 +8,6 @@ import os
 import sys
 
 import click
-from click.core import ParameterSource
 
 from cosyvino.errors import CosyvinoError
 
@@ -131,12 +130,13 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
     with curl examples.
     """
     try:
-        from cosyvino.server.config import ServerConfig, find_plan, settings_from_plan
+        from cosyvino.server.config import ServerConfig
         from cosyvino.server.runner import ModelLoadFailed, run
     except ImportError as e:  # the server extra is missing
         click.echo(f"error: the server needs extra packages ({e.name}): "
                    "pip install 'cosyvino[server]'", err=True)
         sys.exit(2)
+    from cosyvino.cli.plan_settings import merge_plan
     from cosyvino.server.aliases import parse_aliases
     from cosyvino.server.logs import configure_logging
 
@@ -150,19 +150,11 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
             click.echo(message if level == "info" else f"{level}: {message}", err=True)
 
     try:
-        settings = {"model_dir": model_dir, "backend": backend, "threads": threads,
-                    "max_sessions": max_sessions, "queue_size": queue_size}
-        source = "flags"
-        if plan_path is None:
-            plan_path = find_plan(model_dir)
-        if plan_path is not None:
-            source = f"plan {os.path.abspath(plan_path)}"
-            given = {k for k in settings if ctx.get_parameter_source(k) in (
-                ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)}
-            for key, value in settings_from_plan(plan_path).items():
-                # backend options belong to the plan's backend: dropped if --backend overrides
-                if key not in given and not (key == "backend_options" and "backend" in given):
-                    settings[key] = value
+        settings, source, notes = merge_plan(
+            ctx, {"model_dir": model_dir, "backend": backend, "threads": threads,
+                  "max_sessions": max_sessions, "queue_size": queue_size}, plan_path)
+        for note in notes:
+            say("warning", note)
         config = ServerConfig(
             request_timeout=request_timeout, api_key=api_key or None,
             metrics_auth=metrics_auth, drain_timeout=drain_timeout,

@@ -1,11 +1,11 @@
-"""Human-readable rendering of a plan (probe summary, decisions with reasons, warnings) and the
-Kubernetes resources that match it. No torch, no runtime: what a backend found is printed from
-the lines it recorded (``summary`` of its device view and of its inventory section)."""
+"""Human-readable rendering of a plan (probe summary, decisions with reasons, warnings); the
+Kubernetes manifests that match it live in :mod:`cosyvino.planner.k8s` (re-exported here). No
+torch, no runtime: what a backend found is printed from the lines it recorded (``summary`` of
+its device view and of its inventory section)."""
 
 from __future__ import annotations
 
-import math
-
+from .k8s import emit_k8s, k8s_resources  # noqa: F401  (the k8s output moved to k8s.py)
 from .planfile import Plan
 from .topology import Probe, format_cpu_list
 
@@ -101,37 +101,3 @@ def format_plan(plan: Plan) -> str:
         out.append("warnings")
         out += [f"  - {x}" for x in plan.warnings]
     return "\n".join(out)
-
-
-def k8s_resources(plan: Plan) -> dict:
-    """Container ``resources`` and ``env`` matching the plan: integer CPU requests = limits =
-    the plan's total threads (Guaranteed QoS, so the kubelet's static CPU manager can give
-    exclusive cores, and never more threads than the quota); memory = the plan's estimate
-    + 25 %, requests = limits."""
-    cpus = max(1, plan.total_threads)
-    need = int(plan.memory.get("required_bytes") or 0)
-    mem_mi = max(256, math.ceil(need * 1.25 / 2**20)) if need else None
-    res = {"requests": {"cpu": str(cpus)}, "limits": {"cpu": str(cpus)}}
-    if mem_mi:
-        res["requests"]["memory"] = f"{mem_mi}Mi"
-        res["limits"]["memory"] = f"{mem_mi}Mi"
-    env = [{"name": "OMP_NUM_THREADS", "value": str(cpus)},
-           {"name": "COSYVINO_PLAN", "value": "/etc/cosyvino/plan.toml"}]
-    return {"resources": res, "env": env}
-
-
-def emit_k8s(plan: Plan) -> str:
-    import yaml
-
-    doc = k8s_resources(plan)
-    head = [
-        "# cosyvino container settings matching this plan "
-        f"({plan.backend}, {plan.streams} stream(s) x {plan.threads_per_stream} thread(s)).",
-        "# CPU requests = limits = threads: no oversubscription, Guaranteed QoS. With the "
-        "kubelet",
-        "# static CPU manager the cores are exclusive and pinning is safe; otherwise the pod "
-        "sees",
-        "# a CFS quota and `cosyvino plan` run inside it turns pinning off.",
-        "# Mount the plan at /etc/cosyvino/plan.toml (ConfigMap) or re-plan in the container.",
-    ]
-    return "\n".join(head) + "\n" + yaml.safe_dump(doc, sort_keys=False)
