@@ -175,3 +175,49 @@ def model_with_irs(precisions=None, ov_bytes=1_300_000_000, torch_bytes=1_744_79
 def model_without_irs(torch_bytes=1_744_790_016):
     return {"dir": "/models/cosyvoice-300m-sft", "exists": True, "torch_bytes": torch_bytes,
             "openvino": {"present": False, "dirs": [], "bytes": 0, "precisions": {}}}
+
+
+# ---- the machine kinds of issue 16 (2-core VMs like the project's reference machines) ----------
+ZEN4_AVX512 = ("avx512f avx512dq avx512ifma avx512cd avx512bw avx512vl avx512_bf16 avx512vbmi "
+               "avx512_vbmi2 avx512_vnni avx512_bitalg avx512_vpopcntdq")
+
+
+def zen3_2c(root):
+    """AVX2-only AMD Zen 3 VM: no AVX-512, no VNNI (neither AVX-512 nor AVX-VNNI), no BF16."""
+    return build(root, cpus={0: (0, 0), 1: (0, 1)}, flags=f"{AVX2} hypervisor",
+                 model="AMD EPYC 7B13", l2="512K", l3="32768K", mem_total=8 * GiB,
+                 cgroup="none")
+
+
+def zen4_2c(root):
+    """AMD Zen 4 VM: AVX-512 with VNNI and BF16, no AMX."""
+    return build(root, cpus={0: (0, 0), 1: (0, 1)}, flags=f"{AVX2} {ZEN4_AVX512} hypervisor",
+                 model="AMD EPYC 9B14", l2="1024K", l3="32768K", mem_total=8 * GiB,
+                 cgroup="none")
+
+
+def spr_2c(root):
+    """Sapphire Rapids Xeon VM: AVX-512, VNNI, BF16, AMX-BF16/INT8."""
+    return build(root, cpus={0: (0, 0), 1: (0, 1)}, flags=f"{AVX2} {AVX512} {SPR_EXTRA}",
+                 model="Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", mem_total=8 * GiB,
+                 cgroup="none")
+
+
+def write_ov_dir(d, file_precisions: dict, quant: dict | None = None) -> None:
+    """A converted dir whose manifest records per-file stage and precision as `cosyvino
+    quantize` writes them, with its ``quantization`` block when ``quant`` is given (``stages``
+    filled from the non-fp32 files unless given)."""
+    import json
+
+    d.mkdir(parents=True)
+    files = {}
+    for stem, prec in file_precisions.items():
+        for ext in (".xml", ".bin"):
+            files[stem + ext] = {"digest": "0", "size": 1, "stage": stem, "precision": prec}
+    manifest = {"format": 1, "files": files}
+    if quant is not None:
+        q = dict(quant)
+        q.setdefault("stages", {s: {"precision": p, "seconds": 1.0}
+                                for s, p in file_precisions.items() if p != "fp32"})
+        manifest["quantization"] = q
+    (d / "manifest.json").write_text(json.dumps(manifest))

@@ -24,6 +24,51 @@ def _finite(ctx, param, value):
     return value
 
 
+#: key of a bare ``--snr-floor DB``: every floored stage the preset quantizes statically
+ALL_FLOORS = "*"
+
+
+def _parse_floors(ctx, param, values):
+    """``("estimator=40", "30")`` -> {"estimator": 40.0, "*": 30.0}; later values win (a bare
+    number, key :data:`ALL_FLOORS`, replaces the ones before it)."""
+    from cosyvino.quantize.floors import FLOOR_STAGES
+
+    out: dict[str, float] = {}
+    for v in values:
+        stage, sep, num = v.rpartition("=")
+        stages = [stage.strip()] if sep else [ALL_FLOORS]
+        if sep and stage.strip() not in FLOOR_STAGES:
+            raise click.BadParameter(f"{v!r}: unknown stage {stage.strip()!r}; known: "
+                                     f"{', '.join(FLOOR_STAGES)}")
+        try:
+            db = float(num)
+        except ValueError:
+            raise click.BadParameter(f"{v!r}: expected [STAGE=]DB, e.g. estimator=40") from None
+        if not math.isfinite(db):
+            raise click.BadParameter(f"{v!r}: must be a finite number")
+        if not sep:
+            out.clear()
+        out.update({st: db for st in stages})
+    return out
+
+
+def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
+    """A bare floor (:data:`ALL_FLOORS`) -> each floored stage ``preset`` / ``hift``
+    quantize statically (a floor for a stage left unquantized is an error of the API)."""
+    from cosyvino.quantize.accuracy import STAGE_GROUP
+    from cosyvino.quantize.floors import FLOOR_STAGES
+    from cosyvino.quantize.model_dir import HIFT_STAGES, PRESETS
+
+    floors = dict(floors)
+    bare = floors.pop(ALL_FLOORS, None)
+    if bare is not None:
+        static = list(PRESETS[preset].static) + (list(HIFT_STAGES) if hift == "int8" else [])
+        for group in FLOOR_STAGES:
+            if group not in floors and any(STAGE_GROUP.get(s) == group for s in static):
+                floors[group] = bare
+    return floors
+
+
 @click.command("quantize")
 @click.option("--model-dir", type=click.Path(file_okay=False), default=None,
               help="Model dir with openvino/ IRs, or a converted dir (default: the embedded "
@@ -80,6 +125,16 @@ def _finite(ctx, param, value):
               help="Fail when the mean mel log-spectral distance (dB) exceeds this.")
 @click.option("--min-snr", type=float, default=None, callback=_finite,
               help="Fail when the mean waveform SNR (dB) vs fp32 is below this.")
+@click.option("--snr-floor", "snr_floors", multiple=True, callback=_parse_floors,
+              metavar="[STAGE=]DB",
+              help="Accuracy floor of a static INT8 stage (estimator, flow_encoder, vocoder; "
+                   "a bare DB: every one the preset quantizes statically): below it, measured "
+                   "on this machine (mean waveform SNR vs fp32, the stage alone), the stage "
+                   "is written fp32 instead [defaults: estimator 45, flow_encoder 45, "
+                   "vocoder 25 dB]. Repeatable.")
+@click.option("--keep-below-floor", is_flag=True,
+              help="Keep an INT8 stage below its --snr-floor (with a warning) instead of "
+                   "writing it fp32.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the full accuracy report (per text) as JSON here.")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -89,14 +144,16 @@ def _finite(ctx, param, value):
 def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples, llm_sequences,
              speech_tokens, seed, smooth_quant_alpha, ignore_sensitive, int4_mode, group_size, ratio,
              data_free, eval_per_language, eval_tokens, max_kl, max_mel_l1, max_lsd, min_snr,
-             report_path, threads, as_json):
+             snr_floors, keep_below_floor, report_path, threads, as_json):
     """Quantize converted OpenVINO IRs with NNCF (needs openvino + nncf; no torch).
 
     The output is a converted dir with its own manifest (use it with
     `--backend openvino --model-dir OUT`); it appears atomically, and only when every
     --max-*/--min-* guard passes. The accuracy report compares with fp32 on held-out texts:
     LLM teacher-forced top-1 agreement and KL; mel L1, log-spectral distance and waveform SNR
-    per quantized audio stage and end to end.
+    per quantized audio stage and end to end. It is measured on this machine (INT8 kernels
+    differ by CPU: the manifest records the CPU model and ISA flags); a static INT8 stage
+    below its --snr-floor here is written fp32 instead.
     """
     from cosyvino.defaults import ensure_default_model
     from cosyvino.errors import BackendError
@@ -143,7 +200,9 @@ def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples,
                                   ignore_sensitive=ignore_sensitive),
             int4=WeightSettings(f"INT4_{int4_mode.upper()}", group_size=int(group_size),
                                 ratio=ratio),
-            seed=seed, speech_tokens=speech_tokens, num_threads=threads, progress=say)
+            seed=seed, speech_tokens=speech_tokens, num_threads=threads,
+            snr_floors=_resolve_floors(snr_floors, preset, hift),
+            keep_below_floor=keep_below_floor, progress=say)
     except QuantizeGuardError as e:
         if as_json:
             click.echo(json.dumps({"error": str(e), "accuracy": e.report}, indent=2,
@@ -169,6 +228,13 @@ def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples,
     if "audio" in acc:
         from cosyvino.quantize.accuracy import format_audio_table
         click.echo("audio vs fp32:\n" + format_audio_table(acc["audio"]))
+    from cosyvino.quantize.floors import describe_floor
+    from cosyvino.quantize.machine import describe
+
+    click.echo(f"accuracy measured on: {describe(summary['machine'])}")
+    for group, verdict in summary["floors"].items():
+        warn = verdict["verdict"] in ("refused", "kept", "unmeasured")
+        click.echo(("warning: " if warn else "") + describe_floor(group, verdict))
     click.echo(f"wrote {out} in {summary['seconds']:.1f} s")
     click.echo(f"use it: cosyvino synth --backend openvino --model-dir {out} TEXT")
     return out

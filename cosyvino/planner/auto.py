@@ -70,7 +70,26 @@ def resolve_plan(model_dir: str | None = None, plan=None, *, goal: str = "latenc
         diffs = plan.check_machine(now)
         if diffs:
             _warn(f"plan {plan.path or ''} does not match this machine: " + "; ".join(diffs))
+        lost = _lost_int8_dot_products(plan, now)
+        if lost:
+            _warn(f"plan {plan.path or ''} serves static INT8 {lost}, planned on a CPU with "
+                  "int8 dot products, but this CPU has none (no VNNI or AMX-INT8): INT8 is "
+                  "slower and less accurate here; re-run `cosyvino plan`, which serves the "
+                  "fp32 or INT8-LLM conversion on such a CPU (docs/planner.md, "
+                  "'Machine kinds')")
     return plan
+
+
+def _lost_int8_dot_products(plan: Plan, now) -> str:
+    """The plan's static INT8 stages (comma-joined) when the plan was made on a CPU with int8
+    dot products and ``now`` (a probe) has none; "" otherwise."""
+    from .rules import INT8_COMPUTE_STAGES, int8_dot_products
+
+    stages = [s for s in INT8_COMPUTE_STAGES if (plan.precision or {}).get(s) == "int8"]
+    then = (plan.probe or {}).get("flags") or []
+    if stages and int8_dot_products(then) and not int8_dot_products(now.flags):
+        return ", ".join(stages)
+    return ""
 
 
 def synthesizer_from_plan(cls, model_dir: str | None, plan: Plan):

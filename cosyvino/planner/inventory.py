@@ -127,3 +127,75 @@ def backend_capabilities(names, model_dir: str | None, probe=None
             continue
         caps[name] = c
     return caps, problems
+
+
+# ---- the dirs of one conversion: fp32 and what `cosyvino quantize` made of it ----------------
+def _read_json_manifest(conv_dir: str) -> dict | None:
+    """The ``manifest.json`` of ``conv_dir`` as a dict, or None (missing or unreadable: the
+    backend's own checks report such a dir when it is loaded; the planner only looks)."""
+    import json
+
+    from ..converted import MANIFEST
+
+    try:
+        with open(os.path.join(conv_dir, MANIFEST), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def quantization_record(conv_dir: str | None) -> dict:
+    """The ``quantization`` block `cosyvino quantize` wrote into ``conv_dir``'s manifest
+    (preset, ``machine`` the accuracy was measured on, ``floors``, ``accuracy``...; see
+    docs/quantization.md), ``{}`` for an unquantized or unreadable dir."""
+    data = _read_json_manifest(conv_dir) if conv_dir else None
+    q = (data or {}).get("quantization")
+    return q if isinstance(q, dict) else {}
+
+
+def _source_of(conv_dir: str, quant: dict) -> str | None:
+    """The fp32 dir ``conv_dir`` was quantized from: the recorded path, else (the model dir
+    was moved or mounted elsewhere) the sibling of that name."""
+    recorded = quant.get("source_converted_dir")
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    for d in (recorded, os.path.join(os.path.dirname(os.path.abspath(conv_dir)),
+                                     os.path.basename(recorded.rstrip(os.sep)))):
+        if os.path.isdir(d) and _read_json_manifest(d) is not None:
+            return os.path.abspath(d)
+    return None
+
+
+def conversion_variants(conv_dir: str | None) -> list[str]:
+    """The other converted dirs of the model ``conv_dir`` belongs to, when ``conv_dir`` is a
+    `cosyvino quantize` output: the fp32 dir it was quantized from
+    (``quantization.source_converted_dir``, or the sibling of that name) and every sibling dir
+    quantized from the same fp32 dir (same ``source_manifest_sha256``, or the same source dir).
+    Absolute paths, the fp32 dir first, then by name; ``[]`` for an unquantized dir. Reads
+    only manifests (cheap; no backend)."""
+    if not conv_dir:
+        return []
+    conv_dir = os.path.abspath(conv_dir)
+    quant = quantization_record(conv_dir)
+    if not quant:
+        return []
+    source = _source_of(conv_dir, quant)
+    out = [source] if source and source != conv_dir else []
+    parent = os.path.dirname(conv_dir)
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        names = []
+    for name in names:
+        d = os.path.join(parent, name)
+        if d in (conv_dir, source) or not os.path.isdir(d):
+            continue
+        q = quantization_record(d)
+        if not q:
+            continue
+        same_sha = (q.get("source_manifest_sha256") and q.get("source_manifest_sha256")
+                    == quant.get("source_manifest_sha256"))
+        if same_sha or (source is not None and _source_of(d, q) == source):
+            out.append(d)
+    return out

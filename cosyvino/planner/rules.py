@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import os
 
 from ..backends.base import Backend, Capabilities
 from .inventory import STAGES, backend_capabilities, installed_backends, model_inventory
@@ -34,6 +35,40 @@ SESSION_FRACTION = 0.15
 #: stages whose int8 IRs compute in int8 (static INT8); the LLM's int8/int4 is weight-only
 #: compression and shows as ``llm_weights``
 INT8_COMPUTE_STAGES = ("flow", "estimator", "vocoder")
+#: CPU flags of int8 dot-product instructions (u8 x s8 products summed straight into 32 bits).
+#: Without them the int8 kernels multiply with VPMADDUBSW, which adds pairs of u8 x s8 products
+#: into a saturating 16-bit sum (Intel SDM, PMADDUBSW; oneDNN developer guide, "Nuances of int8
+#: computations"): static INT8 then loses accuracy and speed. Measured on an AVX2-only Zen 3
+#: (issue 16): the INT8 estimator 10 % slower than OpenVINO f32 and 38.5 dB SNR vs fp32,
+#: against 51.7 dB with AVX-512 VNNI (docs/planner.md, "Machine kinds").
+INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+#: machine kinds (:func:`machine_kind`), best int8/bf16 unit first
+MACHINE_KINDS = ("amx", "avx512-bf16", "avx512-vnni", "avx512", "avx2-vnni", "avx2", "baseline")
+
+
+def machine_kind(flags) -> str:
+    """The kind of CPU for precision choices, from its cpuinfo ISA flags (any iterable of flag
+    names): ``amx`` (AMX tiles with INT8 or BF16: Sapphire Rapids and later), ``avx512-bf16``
+    (AVX-512 with VNNI and BF16: Zen 4, Cooper Lake), ``avx512-vnni`` (Cascade/Ice Lake),
+    ``avx512`` (AVX-512 without VNNI: Skylake-SP), ``avx2-vnni`` (AVX-VNNI: Alder Lake and
+    later cores), ``avx2`` (no int8 dot products: Zen 2/3, Haswell-Comet Lake), ``baseline``."""
+    f = set(flags)
+    if "amx_tile" in f and ({"amx_int8", "amx_bf16"} & f):
+        return "amx"
+    if "avx512f" in f:
+        if "avx512_bf16" in f:
+            return "avx512-bf16"
+        return "avx512-vnni" if "avx512_vnni" in f else "avx512"
+    if "avx_vnni" in f:
+        return "avx2-vnni"
+    return "avx2" if "avx2" in f else "baseline"
+
+
+def int8_dot_products(flags) -> bool:
+    """Whether the CPU has int8 dot-product instructions (:data:`INT8_DOT_FLAGS`)."""
+    return bool(set(INT8_DOT_FLAGS) & set(flags))
+
+
 #: what a backend is assumed to offer when it could not describe itself (override only)
 UNKNOWN_CAPABILITIES = Capabilities(ready=False, reason="capabilities unknown")
 #: load average per online CPU above which the host counts as shared (pinning off)
@@ -264,23 +299,30 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
     """Per-stage precision from the backend's ``precisions``. A backend with more than fp32
     takes one compute precision for all stages (OpenVINO: INFERENCE_PRECISION_HINT); INT8
     weights come from quantized files on disk (``caps.weight_precisions``: what the backend
-    found in the dir it serves)."""
-    if set(caps.precisions) <= {"fp32"}:
+    found in the dir it serves; served as they are even where the backend computes only fp32,
+    e.g. OpenVINO without bf16 or int8 dot products)."""
+    on_disk = caps.weight_precisions
+    fp32_only = set(caps.precisions) <= {"fp32"}
+    if fp32_only and not ({"int8", "int4"} & set(on_disk.values())):
         if override and override != "fp32":
             log.warnings.append(f"--precision {override} ignored: the {backend} backend "
                                 "computes in fp32 only")
         log.decide("precision", "fp32", f"{backend} backend computes in fp32")
         return {s: "fp32" for s in STAGES}
-    on_disk = caps.weight_precisions
     prec: dict[str, str] = {}
     llm_w = on_disk.get("llm", "fp32")
     prec["llm_weights"] = llm_w
     log.decide("llm_weights", llm_w,
                f"{llm_w.upper()} LLM weights found on disk (decoding is memory-bound: fewer "
-               "bytes/token)" if llm_w in ("int8", "int4")
+               "bytes/token; weight-only, widened before the multiply, so it needs no int8 "
+               "dot products)" if llm_w in ("int8", "int4")
                else f"{llm_w} IRs on disk (no INT8/INT4 LLM variant found)")
     unit = "AMX" if probe.amx_bf16 else "AVX512_BF16"
-    if override:
+    if override and fp32_only and override != "fp32":
+        log.warnings.append(f"--precision {override} ignored: the {backend} backend computes "
+                            "in fp32 only on this CPU")
+        compute, why = "fp32", f"{backend} backend computes in fp32 here"
+    elif override:
         compute, why = override, "set by --precision (override)"
     elif "bf16" in caps.precisions and tuned and tuned.get("bf16_faster"):
         compute, why = "bf16", f"bf16-capable ({unit}) and measured faster by --tune"
@@ -322,7 +364,11 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                    "INT8 estimator IR: its non-quantized ops (norms, softmax, time embedding, "
                    f"first/last convolutions) in bf16 on {unit}, measured 5-7 % faster per call "
                    "at 52.9 vs 53.6 dB estimator SNR vs fp32 (docs/performance.md)")
-    if quantized and compute == "fp32" and not override:
+    if quantized and compute == "fp32" and not override and fp32_only:
+        log.decide("kv_cache_precision", "f32",
+                   "a quantized dir is served, but the u8 KV cache was measured faster only on "
+                   "CPUs with AVX-512 VNNI/BF16 (docs/performance.md): f32 here")
+    elif quantized and compute == "fp32" and not override:
         prec["kv_cache"] = "u8"
         log.decide("kv_cache_precision", "u8",
                    "a quantized dir is served: for the INT8 LLM a u8 KV cache measured 29.2 "
@@ -330,6 +376,120 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                    "(mean KL 7.7e-8 with u8 vs 7.3e-8 with f32), and less memory "
                    "(docs/performance.md)")
     return prec
+
+
+#: planner component -> the `cosyvino quantize` report variant (and floor) of its static INT8
+#: stage (docs/quantization.md, "Per machine: the record and the accuracy floors")
+_REPORT_SCOPE = {"flow": "flow_encoder", "estimator": "estimator", "vocoder": "vocoder"}
+#: LLM weight precision -> rank of a dir offered instead of static INT8 (lower first): an
+#: INT8-weight LLM is fast without int8 dot products (weights are widened to f32 before the
+#: multiply; decoding is memory-bound), INT4 trades more accuracy for speed
+_LLM_RANK = {"int8": 0, "int4": 1}
+
+
+def _int8_stages(cap: Capabilities) -> list[str]:
+    return [s for s in INT8_COMPUTE_STAGES if cap.weight_precisions.get(s) == "int8"]
+
+
+def _served_dir(probe: Probe, cap: Capabilities) -> str:
+    return cap.load_dir or probe.model.get("dir", "")
+
+
+def _int8_compute_choice(probe: Probe, backend_cls, cap: Capabilities, log: _Log
+                         ) -> Capabilities:
+    """On a CPU without int8 dot products (:data:`INT8_DOT_FLAGS`), the backend's served dir
+    with static INT8 compute stages is swapped for another conversion of the same model
+    without them (:func:`~.inventory.conversion_variants`: an INT8/INT4-LLM dir first, else the
+    fp32 dir), asked from the backend like the first; one decision ``int8_compute`` says what
+    and why. Kept, with the reason, when there is none or the dir was given explicitly (the
+    model dir is the quantized dir itself). Elsewhere (VNNI, AMX) ``cap`` is returned as is."""
+    from .inventory import conversion_variants
+
+    stages = _int8_stages(cap)
+    if not stages or int8_dot_products(probe.flags):
+        return cap
+    served = _served_dir(probe, cap)
+    kind = machine_kind(probe.flags)
+    why = (f"no int8 dot products on this CPU ({probe.isa_summary()}, kind {kind}: no VNNI or "
+           f"AMX-INT8): the static INT8 {' and '.join(stages)} of {served} would run on "
+           "VPMADDUBSW kernels (16-bit saturating sums), measured on an AVX2-only Zen 3 10 % "
+           "slower than fp32 and 13 dB less accurate (estimator SNR 38.5 vs 51.7 dB with "
+           "AVX-512 VNNI)")
+    model = probe.model or {}
+    explicit = bool(model.get("converted_dir")) and os.path.realpath(
+        model.get("dir") or "") == os.path.realpath(served)
+    if explicit:
+        log.decide("int8_compute", "int8 (as given)",
+                   f"{why}; kept because the model dir is the quantized dir itself (pass the "
+                   "model dir above it to let the planner choose)")
+        return cap
+    options = []
+    for d in conversion_variants(served):
+        try:
+            c = backend_cls.capabilities(d, probe)
+        except Exception:  # noqa: BLE001  a plugin's self-description must not break planning
+            continue
+        if not isinstance(c, Capabilities) or not c.ready or _int8_stages(c):
+            continue
+        c = dataclasses.replace(c, load_dir=c.load_dir or d)
+        llm = c.weight_precisions.get("llm", "fp32")
+        options.append((_LLM_RANK.get(llm, len(_LLM_RANK)), os.path.basename(d), c, llm))
+    if not options:
+        log.decide("int8_compute", "int8", f"{why}; served anyway: no conversion of this model "
+                   f"without static INT8 next to it (`cosyvino convert` writes the fp32 "
+                   "`openvino/`, `cosyvino quantize --preset int8-llm-only` an INT8-LLM dir)")
+        return cap
+    _, name, alt, llm = min(options, key=lambda o: o[:2])
+    keeps = (f"its LLM keeps {llm.upper()} weights (weight-only: fast without dot products)"
+             if llm in _LLM_RANK else
+             "every stage in fp32 (`cosyvino quantize --preset int8-llm-only` adds an "
+             "INT8-weight LLM, which suits this CPU)")
+    log.decide("int8_compute", f"not served: {name}",
+               f"{why}; serving {alt.load_dir} instead: {keeps}")
+    return dataclasses.replace(alt, reason=f"{alt.reason}, chosen over {served} for this CPU")
+
+
+def _quantized_accuracy(probe: Probe, served: str, prec: dict, log: _Log) -> None:
+    """What `cosyvino quantize` recorded about the served dir's INT8 stages: a decision
+    ``int8_accuracy`` with the measured SNR per stage and the machine it was measured on, and
+    a warning when that machine was another kind (:func:`machine_kind`) or a stage was kept
+    below its floor (``--keep-below-floor``)."""
+    from .inventory import quantization_record
+
+    stages = [s for s in INT8_COMPUTE_STAGES if prec.get(s) == "int8"]
+    if not stages:
+        return
+    q = quantization_record(served)
+    scopes = ((q.get("accuracy") or {}).get("audio") or {}).get("scopes") or {}
+    snrs = [f"{s} {scopes[_REPORT_SCOPE[s]]['mean_snr_db']:.1f} dB" for s in stages
+            if isinstance(scopes.get(_REPORT_SCOPE[s]), dict)
+            and isinstance(scopes[_REPORT_SCOPE[s]].get("mean_snr_db"), (int, float))]
+    machine = q.get("machine") if isinstance(q.get("machine"), dict) else None
+    here = machine_kind(probe.flags)
+    measured = ", ".join(snrs) + " SNR vs fp32" if snrs else "no accuracy report recorded"
+    if machine is None:
+        log.decide("int8_accuracy", "unknown machine",
+                   f"{measured}; the dir does not record the machine it was measured on "
+                   "(quantized before cosyvino recorded it): re-run `cosyvino quantize` on "
+                   "this kind of machine to measure, and guard, its INT8 stages here")
+        return
+    flags = machine.get("flags")
+    there = machine_kind(flags) if isinstance(flags, list) else str(machine.get("kind"))
+    where = f"{machine.get('cpu_model') or 'unknown CPU'} (kind {there})"
+    log.decide("int8_accuracy", "same kind" if there == here else f"measured on {there}",
+               f"{measured}, measured by `cosyvino quantize` on {where}; this CPU: kind {here}")
+    if there != here:
+        log.warnings.append(f"{served} was quantized and its accuracy measured on {where}, "
+                            f"another kind of machine than this one ({here}): int8 kernels "
+                            "differ by ISA (estimator SNR 51.7 dB with AVX-512 VNNI, 38.5 dB "
+                            "on AVX2), so re-run `cosyvino quantize` here to measure and "
+                            "guard it on this machine")
+    floors = q.get("floors") if isinstance(q.get("floors"), dict) else {}
+    kept = sorted(g for g, f in floors.items()
+                  if isinstance(f, dict) and f.get("verdict") == "kept")
+    if kept:
+        log.warnings.append(f"{served}: INT8 {', '.join(kept)} kept below the accuracy floor "
+                            "(`cosyvino quantize --keep-below-floor`)")
 
 
 def _backend_options(backend_cls, probe: Probe, caps: Capabilities, goal: str, streams: int,
@@ -467,10 +627,12 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     # a backend the probe names but this process has not registered (a recorded probe) gets
     # the generic option names
     be_cls = classes.get(be, Backend)
+    cap = _int8_compute_choice(probe, be_cls, cap, log)
     budget = _thread_budget(probe, log)
     n_streams, tps = _layout(probe, be, cap, goal, budget, threads, streams, log)
     pin = _pinning(probe, be, cap, shared_host, pinning, log)
     prec = _precision(probe, be, cap, tuned, precision, log)
+    _quantized_accuracy(probe, _served_dir(probe, cap), prec, log)
 
     if sessions is not None:
         max_sessions = log.decide("max_sessions", sessions, "set by --sessions (override)")

@@ -11,7 +11,10 @@ installed, for its backend detection; serving the output needs neither nncf nor 
 * :mod:`.accuracy` / :mod:`.metrics`: quantized vs fp32 on held-out texts (LLM teacher-forced
   top-1 and KL; mel L1, log-spectral distance, waveform SNR per stage and end to end);
 * :mod:`.calibration`: the calibration text set (``calib/``; imports none of the above);
-* :mod:`.model_dir`: presets, the atomic output dir with its own manifest, the guards.
+* :mod:`.model_dir`: presets, the atomic output dir with its own manifest, the guards;
+* :mod:`.floors`: the per-stage SNR floors below which a static INT8 stage is written fp32;
+* :mod:`.machine`: the record of the CPU (model, ISA flags, kind) the report was measured on
+  (imports none of openvino / nncf / torch, like :mod:`.floors`).
 
 The output is itself a converted dir (same layout; manifest records each IR's precision and the
 source manifest's sha256 under ``quantization``), so the OpenVINO backend loads it as is.
@@ -27,6 +30,7 @@ _EXPORTS = {
     "DEFAULT_SUBDIR": "model_dir", "PRESETS": "model_dir", "Guards": "model_dir",
     "QuantizeGuardError": "model_dir", "quantize_model_dir": "model_dir",
     "StaticSettings": "static", "WeightSettings": "weights",
+    "SNR_FLOORS_DB": "floors", "machine_record": "machine",
 }
 
 
@@ -43,10 +47,12 @@ __all__ = [
     "CaptureLimits",
     "Guards",
     "QuantizeGuardError",
+    "SNR_FLOORS_DB",
     "StaticSettings",
     "WeightSettings",
     "audio_report",
     "capture_calibration",
     "llm_teacher_forced_report",
+    "machine_record",
     "quantize_model_dir",
 ]

@@ -40,6 +40,8 @@ from .accuracy import (
     report_is_finite,
 )
 from .capture import CaptureLimits, capture_calibration
+from .floors import SNR_FLOORS_DB, describe_floor, floor_verdicts
+from .machine import machine_record
 from .static import StaticSettings, quantize_static
 from .weights import WeightSettings, compress_ir
 
@@ -174,6 +176,7 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                        seed: int = 0, speech_tokens: int | None = None,
                        num_threads: int | None = None,
                        fp16_storage: Sequence[str] | None = None,
+                       snr_floors: dict | None = None, keep_below_floor: bool = False,
                        progress: Progress | None = None, show_progress: bool = True,
                        overwrite: bool = True) -> tuple[str, dict]:
     """Quantize the converted dir found at ``model_dir`` (a converted dir, or a model dir with
@@ -197,6 +200,17 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
             weights (manifest precision ``fp16``; computed in f32 at load; scored by the audio
             report like a quantized stage). None = the preset's ``Recipe.fp16`` (``int8``:
             :data:`FP16_STORAGE_STAGES`); ``()`` copies every unquantized IR as fp32.
+        snr_floors: report variant -> floor in dB, over :data:`.floors.SNR_FLOORS_DB`. A
+            static INT8 stage whose variant (the stage alone quantized) scores a mean
+            waveform SNR vs fp32 below its floor on this machine is written fp32 instead
+            (files copied, manifest precision ``fp32``, the verdict under
+            ``quantization.floors``) and the audio report is re-run on what was written;
+            ``keep_below_floor`` keeps it INT8 (verdict ``kept``). Needs ``eval_texts``
+            (without them: verdict ``unmeasured``). A floor for a stage the preset does not
+            quantize statically: :class:`InputError`.
+
+    The manifest's ``quantization.machine`` (and the summary's ``machine``) records the CPU
+    the report was measured on (:func:`.machine.machine_record`).
 
     Returns ``(out_dir, summary)``. Raises :class:`InputError` for bad arguments or a source
     that is not an fp32 conversion, :class:`ConvertedModelError` for a bad source dir.
@@ -225,6 +239,17 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     v1 = reference_table()
     _check_graphs(v1, "fp16_storage", fp16_storage)
     _check_graphs(v1, f"preset {preset!r}", [*weight_plan, *static_stages])
+    floors = dict(SNR_FLOORS_DB)
+    for group, value in (snr_floors or {}).items():
+        if group not in SNR_FLOORS_DB:
+            raise InputError(f"snr floor for {group!r}: no such stage; known: "
+                             f"{', '.join(SNR_FLOORS_DB)}")
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InputError(f"snr floor for {group} must be a finite number, got {value!r}")
+        if not any(STAGE_GROUP.get(st) == group for st in static_stages):
+            raise InputError(f"preset {preset!r} (hift {hift}) quantizes no {group} stage "
+                             "statically: drop its floor")
+        floors[group] = float(value)
     fp16_stages = [s for s in fp16_storage if s not in weight_plan and s not in static_stages]
     audio_changed = [s for s in static_stages + fp16_stages if s in STAGE_GROUP]
     llm_changed = any(s in weight_plan for s in v1.component("llm"))
@@ -332,7 +357,8 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         quant = {"preset": preset, "hift": hift, "nncf_version": nncf.__version__,
                  "source_converted_dir": src_dir,
                  "source_manifest_sha256": sha256_file(os.path.join(src_dir, MANIFEST)),
-                 "seed": seed, "speech_tokens": speech_tokens, "stages": stage_stats}
+                 "seed": seed, "speech_tokens": speech_tokens, "stages": stage_stats,
+                 "machine": machine_record()}
         if need_capture:
             quant["capture"] = {"texts": len(calib_texts), "limits": limits.__dict__}
         manifest = {k: v for k, v in src.items() if k != "checksum"} | {
@@ -357,13 +383,53 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                                                  audio_changed, seed, speech_tokens)
                 say("audio, quantized vs fp32:\n" + format_audio_table(accuracy["audio"]))
             del test_stages
+            verdicts = floor_verdicts(static_stages, accuracy.get("audio"), floors,
+                                      keep_below_floor)
+            refused = [st for v in verdicts.values() if v["verdict"] == "refused"
+                       for st in v["stages"]]
+            for group, v in verdicts.items():
+                say(describe_floor(group, v))
+            if refused:
+                for stage in refused:
+                    stem = table[stage].stem
+                    for ext in (".xml", ".bin"):
+                        shutil.copyfile(os.path.join(src_dir, stem + ext),
+                                        os.path.join(tmp, stem + ext))
+                        files[stem + ext] = dict(src["files"][stem + ext], stage=stage,
+                                                 precision="fp32")
+                    v = verdicts[STAGE_GROUP[stage]]
+                    size = files[stem + ".bin"]["size"]
+                    stage_stats[stage] = stage_stats[stage] | {
+                        "precision": "fp32", "bin_bytes": size, "size_ratio": 1.0,
+                        "int8_refused": f"{STAGE_GROUP[stage]} SNR {v['snr_db']:.2f} dB < "
+                                        f"floor {v['floor_db']:g} dB"}
+                write_manifest(tmp, manifest)
+                validate_converted_dir(tmp)
+                audio_changed = [st for st in audio_changed if st not in refused]
+                if audio_changed:
+                    say(f"accuracy (audio) of what is written: {len(eval_texts)} texts")
+                    test_stages = backend.load(tmp, num_threads=num_threads, **F32_OPTIONS)
+                    accuracy["audio"] = audio_report(ref_stages, test_stages, eval_texts,
+                                                     audio_changed, seed, speech_tokens)
+                    del test_stages
+                    say("audio, as written vs fp32:\n" + format_audio_table(accuracy["audio"]))
+                else:
+                    accuracy.pop("audio", None)
             failures = _check_guards(guards, accuracy.get("llm"), accuracy.get("audio"))
             if failures:
                 raise QuantizeGuardError("; ".join(failures) + "; nothing written", accuracy)
+            quant["floors"] = verdicts
             quant["accuracy"] = {k: {kk: vv for kk, vv in v.items() if kk != "per_text"}
                                  for k, v in accuracy.items()}
             write_manifest(tmp, manifest)  # now with the accuracy summary
             validate_converted_dir(tmp)
+        else:
+            quant["floors"] = verdicts = floor_verdicts(static_stages, None, floors, True)
+            for group, v in verdicts.items():
+                say("warning: " + describe_floor(group, v))
+            if verdicts:
+                write_manifest(tmp, manifest)
+                validate_converted_dir(tmp)
         replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -376,4 +442,5 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     out_total = sum(r["size"] for r in files.values())
     return out_dir, {"out": out_dir, "preset": preset, "hift": hift, "seconds": total,
                      "stages": stage_stats, "fp32_bytes": fp32_total, "bytes": out_total,
-                     "size_ratio": out_total / fp32_total, "accuracy": accuracy}
+                     "size_ratio": out_total / fp32_total, "accuracy": accuracy,
+                     "machine": quant["machine"], "floors": quant["floors"]}
