@@ -359,3 +359,16 @@ def test_stream_failure_leaves_no_file(tiny_model_dir, tmp_path, monkeypatch):
     assert r.exit_code == 2 and "stage failed" in r.output
     assert "first audio after" in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_output_without_extension_says_it_writes_wav(tiny_model_dir, tmp_path):
+    out = tmp_path / "speech"
+    r = _synth(["--model-dir", tiny_model_dir, "--num-speech-tokens", "5", "Hello.", "-o",
+                str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"note: {out} has no extension: writing WAV" in r.stderr
+    assert sf.info(str(out)).format == "WAV"
+    r = _synth(["--model-dir", tiny_model_dir, "--num-speech-tokens", "5", "Hello.", "-o",
+                str(tmp_path / "x2"), "--format", "flac"])
+    assert r.exit_code == 0 and "no extension" not in r.stderr
+    assert sf.info(str(tmp_path / "x2")).format == "FLAC"

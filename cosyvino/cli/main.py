@@ -407,7 +407,11 @@ def _run_synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_sche
     loads (text, output, recordings, voice name), load it, synthesize (whole or streamed) in
     the mode the inputs select (``mode`` None: the library's first fit), write the audio and
     print the stats."""
+    given_fmt = fmt
     fmt = _output_format(output, fmt)
+    if given_fmt is None and output != "-" and not os.path.splitext(output)[1]:
+        click.echo(f"note: {output} has no extension: writing WAV (name it .mp3/.flac/... or "
+                   "give --format)", err=True)
     prompt_audio = _read_recording(prompt_wav, "--prompt-wav")
     source_audio = _read_recording(source_wav, "--source-wav", source=True)
     prompt_text = _check_text_option(prompt_text, "--prompt-text")
