@@ -45,7 +45,8 @@ def parse_bytes(text: str) -> int:
               help="Forced speech tokens per tuning run (50 = 1 s of audio).")
 @click.option("--emit", type=click.Choice(["k8s"]), default=None,
               help="Print Kubernetes manifests sized by the plan (ConfigMap, Deployment, "
-                   "Service, PodDisruptionBudget, autoscaler; docs/deploy.md).")
+                   "Service, PodDisruptionBudget, autoscaler; docs/deploy.md). Writes no "
+                   "plan file (the ConfigMap holds the pod's plan).")
 @click.option("--k8s-image", default="cosyvino:latest", show_default=True,
               help="--emit k8s: container image (deploy/Containerfile).")
 @click.option("--k8s-name", default="cosyvino", show_default=True,
@@ -121,6 +122,9 @@ def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, 
             # a pod without exclusive cores shares the node's CPUs with other pods (a CFS
             # quota, not cores): plan it as a shared host, i.e. without pinning
             shared_host = True
+        # the manifests carry their own plan (ConfigMap); this machine's plan.toml, made for
+        # serving here, is not replaced by the pod's
+        no_write = True
     if model_dir is None:
         from cosyvino.defaults import default_model_dir
         model_dir = default_model_dir()

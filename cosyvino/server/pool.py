@@ -260,6 +260,8 @@ class SynthesisPool:
         self._jobs: set = set()  # their jobs (guarded by _lock), cancelled on shutdown
         self._lock = threading.Lock()
         self._sem: asyncio.Semaphore | None = None
+        if metrics is not None:  # the gauge shows the starting estimate, as /ready does
+            metrics.estimated_rtf.set(self.estimator.rtf)
 
     # ---- loading -----------------------------------------------------------------------------
     @property
