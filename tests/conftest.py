@@ -95,3 +95,28 @@ def converted_dir(tmp_path_factory):
 def onnx_dir(tmp_path_factory):
     """``onnx_dir(src) -> str``: ``src`` converted to ONNX once per test session."""
     return _converter(tmp_path_factory, "onnx")
+
+
+#: a plan file in the planner's format for the tiny model on the torch backend (2 sessions,
+#: queue 3, 1 thread): the server CLI tests' plan
+SERVE_PLAN = """# test plan (the planner's format)
+backend = "torch"
+streams = 1
+threads_per_stream = 1
+pinning = false
+max_sessions = 2
+queue_size = 3
+model_dir = "{model_dir}"
+version = 1
+
+[backend_options]
+num_threads = 1
+"""
+
+
+@pytest.fixture
+def plan_file(tmp_path, tiny_model_dir):
+    """:data:`SERVE_PLAN` written to ``tmp_path/plan.toml``; its path."""
+    path = tmp_path / "plan.toml"
+    path.write_text(SERVE_PLAN.format(model_dir=tiny_model_dir), encoding="utf-8")
+    return str(path)

@@ -22,26 +22,8 @@ from click.testing import CliRunner  # noqa: E402
 from cosyvino.cli.main import main  # noqa: E402
 from cosyvino.server.config import settings_from_plan  # noqa: E402
 
-PLAN = """# test plan (the planner's format)
-backend = "torch"
-streams = 1
-threads_per_stream = 1
-pinning = false
-max_sessions = 2
-queue_size = 3
-model_dir = "{model_dir}"
-version = 1
-
-[backend_options]
-num_threads = 1
-"""
 
 
-@pytest.fixture
-def plan_file(tmp_path, tiny_model_dir):
-    path = tmp_path / "plan.toml"
-    path.write_text(PLAN.format(model_dir=tiny_model_dir), encoding="utf-8")
-    return str(path)
 
 
 @pytest.fixture

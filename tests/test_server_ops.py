@@ -29,18 +29,6 @@ from cosyvino.cli.serve import serve  # noqa: E402
 from cosyvino.server import ServerConfig, create_app  # noqa: E402
 from cosyvino.server.logs import configure_logging, usable_request_id  # noqa: E402
 
-PLAN = """backend = "torch"
-streams = 1
-threads_per_stream = 1
-pinning = false
-max_sessions = 2
-queue_size = 3
-model_dir = "{model_dir}"
-version = 1
-
-[backend_options]
-num_threads = 1
-"""
 
 #: option -> its variable where the name is not simply COSYVINO_ + the option's name
 ENV_EXCEPTIONS = {"--cors-origin": "COSYVINO_CORS_ORIGINS",
@@ -66,11 +54,6 @@ def root_logging():
     root.setLevel(saved[1])
 
 
-@pytest.fixture
-def plan_file(tmp_path, tiny_model_dir):
-    path = tmp_path / "plan.toml"
-    path.write_text(PLAN.format(model_dir=tiny_model_dir), encoding="utf-8")
-    return str(path)
 
 
 # ---- settings from the environment -----------------------------------------------------------
