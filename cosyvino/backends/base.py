@@ -68,6 +68,9 @@ class Capabilities:
             precision of the files that would be loaded (``fp32``, ``fp16``, ``int8``,
             ``int4``); empty = fp32 / unknown. The planner reports INT8/INT4 weights and runs
             int8 components in int8 (only looked at when ``precisions`` has more than fp32).
+        max_llm_batch: decode rows of concurrent requests one backend call advances
+            (the loaded stages' ``max_llm_batch``, ``new_llm_batch``); 1 = the backend cannot
+            batch them (each row is its own call: the weights are read once per row).
     """
 
     ready: bool
@@ -82,6 +85,7 @@ class Capabilities:
     precisions: tuple[str, ...] = ("fp32",)
     options: dict = field(default_factory=dict)
     weight_precisions: dict = field(default_factory=dict)
+    max_llm_batch: int = 1
 
 
 class Backend(abc.ABC):

@@ -35,6 +35,13 @@ class GraphSession(abc.ABC):
         session that cannot tell (default)."""
         raise NotImplementedError(f"{type(self).__name__} does not report its state length")
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The carried state as numpy arrays, state input name -> array (what the next call
+        would feed; an empty state after :meth:`reset`). For batching rows of several sessions
+        (:class:`cosyvino.families.cosyvoice1.graph_stages.GraphLLMBatch`). Raises
+        NotImplementedError for a session that cannot export its state (default)."""
+        raise NotImplementedError(f"{type(self).__name__} does not export its state")
+
 
 class GraphRunner(abc.ABC):
     """Runs the graphs of one loaded model by name.
@@ -87,6 +94,9 @@ class ExplicitStateSession(GraphSession):
     def state_length(self) -> int:
         first = self._spec.state[0]
         return int(self._state[first.input].shape[first.axis])
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return dict(self._state)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if len(inputs) != len(self._data_in):

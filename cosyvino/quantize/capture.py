@@ -108,8 +108,10 @@ class Capture:
         (0-based) of each.
     flow_encoder: ``flow_encoder`` inputs, ``token`` int64 [1, N], ``embedding`` float32
         [1, 192].
-    llm: the stateful LLM IR's inputs: ``inputs_embeds`` float32 [1, T, D], :data:`BEAM_IDX`
-        int32 [1], and :data:`NNCF_RESET_STATE` (True on the first item of each utterance).
+    llm: the stateful LLM IR's inputs: ``inputs_embeds`` float32 [1, T, D],
+        ``attention_mask`` float32 [1, P+T] (ones: P cached positions before the item),
+        :data:`BEAM_IDX` int32 [1], and :data:`NNCF_RESET_STATE` (True on the first item of
+        each utterance).
     vocoder: ``hift_decode`` inputs, ``mel`` float32 [1, 80, T], ``source`` float32
         [1, 1, hop T] (``hift_f0`` takes the ``mel``).
     """
@@ -352,9 +354,12 @@ def capture_calibration(conv_dir: str, texts: Sequence, *, seed: int = 0,
         cap.estimator_steps += [k] * len(res.items)
     cap.flow_encoder = list(rec.flow_encoder.items)
     cap.vocoder = list(rec.vocoder.items)
-    embeds = table["llm"].data_inputs[0].name
+    embeds, mask = (t.name for t in table["llm"].data_inputs)
     beam = np.zeros(1, np.int32)
     for rows in llm.items:
+        cached = 0
         for j, row in enumerate(rows):
-            cap.llm.append({embeds: row, BEAM_IDX: beam, NNCF_RESET_STATE: j == 0})
+            cached += row.shape[1]
+            cap.llm.append({embeds: row, mask: np.ones((1, cached), np.float32), BEAM_IDX: beam,
+                            NNCF_RESET_STATE: j == 0})
     return cap

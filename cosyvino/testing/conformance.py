@@ -29,6 +29,9 @@ prepares the bundled tiny golden model (:data:`cosyvino.testing.TINY_MODEL_DIR`)
   the CFM loop, f0, waveform from mel + NSF source (tolerances :attr:`atol` / :attr:`wav_atol`);
 * per-session state isolation (two interleaved sessions give the rows each gives alone;
   ``reset()`` restores an empty cache) and, when ``Stages.thread_safe``, concurrent calls;
+* batched decode (``new_llm_batch``): rows of different cache lengths, joining and leaving
+  between steps, give each session's own rows; ``capabilities().max_llm_batch`` agrees with
+  ``Stages.max_llm_batch``;
 * the input contract for bad shapes and dtypes (raise, or convert and return documented dtypes;
   a session that raised works again after ``reset()``).
 
@@ -242,6 +245,9 @@ class BackendConformance:
             assert caps.thread_safe == bool(stages.thread_safe), (
                 f"capabilities().thread_safe is {caps.thread_safe} but Stages.thread_safe is "
                 f"{bool(stages.thread_safe)}: make them agree")
+            assert caps.max_llm_batch == stages.max_llm_batch >= 1, (
+                f"capabilities().max_llm_batch is {caps.max_llm_batch} but "
+                f"Stages.max_llm_batch is {stages.max_llm_batch}: make them agree")
             if caps.load_dir is not None:
                 assert os.path.isdir(caps.load_dir)
         missing = available_class.capabilities(str(tmp_path / "missing"), probe)
@@ -276,8 +282,8 @@ class BackendConformance:
             _check_array(emb, width, np.float32, f"speakers[{name!r}]")
 
     def test_llm_stage_shapes(self, stages, golden, graphs):
-        d = _shape(graphs["llm"], "inputs_embeds", new=1)[-1]
-        v1 = _shape(graphs["llm"], "logp")[-1]
+        d = _shape(graphs["llm"], "inputs_embeds", batch=1, new=1)[-1]
+        v1 = _shape(graphs["llm"], "logp", batch=1)[-1]
         _check_array(stages.encode_text(golden["llm/text_token"]),
                      _shape(graphs["text_encoder"], "text_features", text_len=17), np.float32,
                      "encode_text")
@@ -387,6 +393,40 @@ class BackendConformance:
         sa.close()
         sb.close()
 
+    def test_llm_batch_rows_equal_sessions(self, stages, golden):
+        """Rows of different cache lengths in one :meth:`new_llm_batch`, joining and leaving
+        between steps, give the rows each gives in its own session."""
+        lm, tokens = golden["llm/lm_input"], golden["llm/forced_speech_tokens"].tolist()
+        seqs = [(lm, tokens[:8]), (np.ascontiguousarray(lm[:, 5:]), tokens[::-1][:8]),
+                (np.ascontiguousarray(lm[:, 11:]), tokens[3:11])]
+        alone = [_teacher_forced_rows(stages, stages.new_llm_session(), *s) for s in seqs]
+        batch = stages.new_llm_batch()
+        ids, done = {}, {}
+
+        def join(i):
+            session = stages.new_llm_session()
+            assert _maxabs(session.forward(seqs[i][0]), alone[i][0]) <= self.atol
+            ids[i], done[i] = batch.add(session), 0
+
+        join(0)
+        join(1)
+        for step in range(8):
+            if step == 4:
+                batch.remove(ids.pop(0))
+                join(2)
+            order = {row: i for i, row in ids.items()}
+            rows = [order[row] for row in batch.rows]
+            x = np.concatenate([stages.embed_speech_tokens(
+                np.array([[seqs[i][1][done[i]]]], np.int64)) for i in rows])
+            out = batch.step(x)
+            assert out.shape == (len(rows), alone[0].shape[1]) and out.dtype == np.float32
+            for b, i in enumerate(rows):
+                done[i] += 1
+                err = _maxabs(out[b], alone[i][done[i]])
+                assert err <= self.atol, f"row {i} step {done[i]}: batched logp error {err:.2e}"
+        batch.close()
+        assert len(batch) == 0
+
     def test_concurrent_calls_when_thread_safe(self, stages, golden, graphs):
         if not stages.thread_safe:
             pytest.skip(f"{self.backend}: Stages.thread_safe is False")
@@ -420,7 +460,7 @@ class BackendConformance:
 
     # ---- input contract ----------------------------------------------------------------------
     def test_bad_shapes_raise(self, stages, golden, graphs):
-        d = _shape(graphs["llm"], "inputs_embeds", new=1)[-1]
+        d = _shape(graphs["llm"], "inputs_embeds", batch=1, new=1)[-1]
         mel_bins = _shape(graphs["estimator"], "x", frames=1)[1]
         bad_calls = {
             "encode_text rank 1": lambda: stages.encode_text(golden["llm/text_token"][0]),

@@ -29,12 +29,17 @@ from cosyvino.backends.base import Backend, Capabilities, Stages
 from cosyvino.errors import BackendError, ConvertedModelError
 
 #: LLM export layout a fresh :mod:`cosyvino.export.onnx` conversion records (manifest ``llm``
-#: fields): the exact-length relative position table, ``pos_bucket`` 1 (the exporter passes no
-#: layout of its own to :func:`cosyvino.export.common.convert_atomically`)
-LLM_LAYOUT = {"pos_bucket": 1}
+#: fields, ``cosyvino.export.onnx.convert.LLM_LAYOUT``, written here too so the check needs no
+#: torch): the exact-length relative position table, ``pos_bucket`` 1, and the key-mask input
+#: with a batch dimension (batched decode)
+LLM_LAYOUT = {"pos_bucket": 1, "attention_mask": "batch"}
 #: end-to-end synthesis speed relative to torch fp32 on the same CPU and threads: the planner's
 #: cost hint, from the side-by-side runs in docs/performance.md ("ONNX Runtime"), rounded down
 RELATIVE_SPEED = 1.4
+#: decode rows one batched LLM call advances (``Capabilities.max_llm_batch``, the stages'
+#: ``max_llm_batch``): a bound for the scheduler, not a measured optimum (benchmarks/llm_batch.py
+#: measures the step cost per batch size)
+MAX_LLM_BATCH = 64
 
 #: options of :meth:`onnx_runner` (plain ONNX files a checkpoint ships)
 ONNX_RUNNER_OPTIONS = ("num_threads",)
@@ -110,7 +115,7 @@ class ONNXRuntimeBackend(Backend):
                             resident_bytes=size or None,
                             resident_basis="size of the stage .onnx files (fp32 weights)",
                             thread_safe=True, streams=False,
-                            pinning=False, precisions=("fp32",))
+                            pinning=False, precisions=("fp32",), max_llm_batch=MAX_LLM_BATCH)
 
     @classmethod
     def prepared_dir(cls, model_dir: str) -> str | None:
@@ -127,7 +132,7 @@ class ONNXRuntimeBackend(Backend):
         """:func:`cosyvino.converted.conversion_status` of ``out_dir`` (default
         ``model_dir/onnx``) against what a fresh export writes: ``weights``, this cosyvino's
         version, the installed onnx version (when onnx is installed) and the LLM layout
-        (``llm.pos_bucket`` 1: the exact-length position table). Imports onnx when installed.
+        (:data:`LLM_LAYOUT`). Imports onnx when installed.
         """
         from cosyvino import __version__
         from cosyvino.converted import conversion_status

@@ -33,8 +33,9 @@ from cosyvino.converted import STAGE_EXTS, find_converted_dir, validate_converte
 from cosyvino.errors import BackendError, ConvertedModelError
 from cosyvino.families import detect_family
 from cosyvino.families.base import GraphSpec, GraphTable
-from cosyvino.families.cosyvoice1.graph_stages import GraphStages
-from cosyvino.families.cosyvoice1.stages import LLMSession
+from cosyvino.families.cosyvoice1.graph_stages import GraphLLMSession, GraphStages
+
+from . import MAX_LLM_BATCH
 
 log = logging.getLogger("cosyvino.onnxruntime")
 
@@ -162,6 +163,12 @@ class BoundStateSession(GraphSession):
         self._state = {s.input: out[self._out_index[s.output]] for s in self._spec.state}
         return [out[i].numpy() for i in self._data_out]
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The bound state as numpy arrays (copies), state input name -> array."""
+        if self._state is None:
+            return dict(self._empty)
+        return {name: value.numpy() for name, value in self._state.items()}
+
     def state_length(self) -> int:
         """Positions carried so far (along the first state's :attr:`StateSpec.axis`)."""
         if self._state is None:
@@ -255,24 +262,10 @@ def _check_io(session: ort.InferenceSession, spec: GraphSpec, path: str) -> None
                 f"{extra[:4]}); {_HINT}", path)
 
 
-class ORTLLMSession(LLMSession):
-    """The v1 LLM's KV cache of one utterance, in a runner session (numpy or IO binding)."""
-
-    def __init__(self, session: GraphSession):
-        self._session = session
-
-    def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
-        return self._session.run([inputs_embeds])[0][0]
-
-    def reset(self) -> None:
-        self._session.reset()
-
-    def close(self) -> None:
-        self._session.close()
-
-    def cache_length(self) -> int:
-        """Number of cached positions."""
-        return self._session.state_length()
+class ORTLLMSession(GraphLLMSession):
+    """The v1 LLM's KV cache of one utterance, in a runner session (numpy or IO binding);
+    rows of several join a :class:`cosyvino.families.cosyvoice1.graph_stages.GraphLLMBatch`
+    (``ORTStages.new_llm_batch``)."""
 
 
 class ORTStages(GraphStages):
@@ -297,6 +290,8 @@ class ORTStages(GraphStages):
 
     def new_llm_session(self) -> ORTLLMSession:
         return ORTLLMSession(self.runner.new_session("llm"))
+
+    max_llm_batch = MAX_LLM_BATCH
 
 
 def load_stages(model_dir: str, **options) -> Stages:

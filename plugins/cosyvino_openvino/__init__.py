@@ -59,6 +59,10 @@ SPEED_QUANTIZED = {"openvino-int8": 2.2, "openvino-int8-llm": 1.9, "openvino-int
 #: keeps repacked weight copies next to the mapped originals; docs/performance.md, "OpenVINO
 #: memory")
 OPENVINO_RESIDENT_FACTOR = 1.8
+#: decode rows one batched LLM call advances (``Capabilities.max_llm_batch``, the stages'
+#: ``max_llm_batch``): a bound for the scheduler, not a measured optimum (benchmarks/llm_batch.py
+#: measures the step cost per batch size)
+MAX_LLM_BATCH = 64
 #: the same for a ``cosyvino quantize --preset int8`` dir (static INT8 stages keep more than their
 #: file size; docs/performance.md "INT8")
 OPENVINO_QUANTIZED_RESIDENT_FACTOR = 2.0
@@ -133,7 +137,7 @@ class OpenVINOBackend(Backend):
         if probe is not None and (probe.vnni or probe.amx):
             precisions.append("int8")
         common = dict(thread_safe=True, streams=True, pinning=True,
-                      precisions=tuple(precisions))
+                      precisions=tuple(precisions), max_llm_batch=MAX_LLM_BATCH)
         if not ov.get("present"):
             return Capabilities(ready=False, reason=f"no converted IRs at {where}/openvino/"
                                 "manifest.json (run `cosyvino convert` to enable OpenVINO)",

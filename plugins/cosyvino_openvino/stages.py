@@ -14,13 +14,19 @@ import threading
 import numpy as np
 import openvino as ov
 
-from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages, LLMSession
+from cosyvino.families.cosyvoice1.stages import (
+    CosyVoice1Stages,
+    LLMBatch,
+    LLMSession,
+    left_pad,
+)
 from cosyvino.backends.tables import ServingTablesMixin
 from cosyvino.converted import find_converted_dir, validate_converted_dir
 from cosyvino.families.cosyvoice1.graphs import GRAPH_NAMES, graph_table
-from cosyvino.errors import BackendError
+from cosyvino.errors import BackendError, ConvertedModelError
 from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
+from . import MAX_LLM_BATCH
 from .memory import IntermediateReleaser, fold_weight_broadcasts, release_weight_pages
 from .snake import polynomial_sin_squares
 
@@ -187,18 +193,21 @@ class _Runner:
 
 
 class OpenVINOLLMSession(LLMSession):
-    """KV cache in the state of this session's own InferRequest."""
+    """KV cache in the state of this session's own InferRequest (batch 1)."""
 
     def __init__(self, compiled: ov.CompiledModel, pages: _PageReleaser | None = None,
                  intermediates: IntermediateReleaser | None = None):
         self._intermediates = intermediates or IntermediateReleaser(enabled=False)
+        self._compiled = compiled
         self._req = compiled.create_infer_request()
         self._beam = np.zeros(1, dtype=np.int32)
+        self._length = 0
         self._pages = pages
 
     def reset(self) -> None:
         self._check_open()
         self._req.reset_state()
+        self._length = 0
 
     def close(self) -> None:
         """Drop this session's request and with it its KV cache. Idempotent."""
@@ -210,21 +219,100 @@ class OpenVINOLLMSession(LLMSession):
 
     def forward(self, inputs_embeds: np.ndarray) -> np.ndarray:
         self._check_open()
+        x = np.ascontiguousarray(inputs_embeds, np.float32)
+        mask = np.ones((1, self._length + x.shape[1]), np.float32)
         self._intermediates.enter("llm")
         try:
-            self._req.infer({"inputs_embeds": np.ascontiguousarray(inputs_embeds, np.float32),
+            self._req.infer({"inputs_embeds": x, "attention_mask": mask,
                              "beam_idx": self._beam}, share_inputs=True)
         finally:
             self._intermediates.exit("llm")
         if self._pages is not None:
             self._pages.after_call("llm")
+        self._length += x.shape[1]
         return self._req.get_tensor("logp").data[0].copy()
 
     def cache_length(self) -> int:
-        """Number of cached positions (from the first state's shape)."""
+        """Number of cached positions."""
         self._check_open()
+        return self._length
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The KV cache (copies), state name -> float32 [1, H, P, d_k]."""
+        self._check_open()
+        return {s.name: s.state.data.copy() for s in self._req.query_state()}
+
+
+class OpenVINOLLMBatch(LLMBatch):
+    """Rows of :class:`OpenVINOLLMSession` s in the states of one InferRequest (batch B, left-
+    padded to the longest row), one ``llm`` call per step.
+
+    Per step the CPU plugin appends the new position to its preallocated KV cache in place
+    (stateful SDPA), so no cache is copied; a row leaves through ``beam_idx`` (the next step
+    continues from the other rows only: a row gather inside the plugin, no copy here). A join
+    reads every state, left-pads and writes it back (one copy of every cache per join), and
+    drops leading padding no row needs any more.
+    """
+
+    def __init__(self, compiled: ov.CompiledModel, pages: _PageReleaser | None = None,
+                 intermediates: IntermediateReleaser | None = None):
+        super().__init__()
+        self._compiled = compiled
+        self._req = compiled.create_infer_request()
+        self._pages = pages
+        self._intermediates = intermediates or IntermediateReleaser(enabled=False)
+        self._beam = np.zeros(0, np.int32)  # state rows the next step continues from
+        self._width = 0
+        #: bytes of cache read and written back by joins so far (benchmarks/llm_batch.py)
+        self.join_bytes = 0
+
+    def _join(self, session):
+        if not isinstance(session, OpenVINOLLMSession) or session._compiled is not \
+                self._compiled:
+            raise BackendError("only LLM sessions of the same OpenVINO model join this batch")
+        length = session.cache_length()
+        if length < 1:
+            return length
+        new = session.state_arrays()
+        keep = self._beam
+        width = max([self._lengths[i] for i in range(len(self))] + [length])
         states = self._req.query_state()
-        return int(states[0].state.shape[2]) if states else 0
+        for st in states:
+            parts = []
+            if len(keep):
+                parts.append(left_pad(st.state.data[keep], width))
+            parts.append(left_pad(new[st.name], width))
+            merged = np.ascontiguousarray(np.concatenate(parts))
+            self.join_bytes += 2 * merged.nbytes
+            st.state = ov.Tensor(merged)
+        self._beam = np.arange(len(keep) + 1, dtype=np.int32)
+        self._width = width
+        session.reset()
+        return length
+
+    def _leave(self, index):
+        self._beam = np.delete(self._beam, index)
+        if not len(self._beam):
+            self._req.reset_state()
+            self._width = 0
+
+    def _step(self, inputs_embeds):
+        mask = self.key_mask(self._width)
+        self._intermediates.enter("llm")
+        try:
+            self._req.infer({"inputs_embeds": inputs_embeds, "attention_mask": mask,
+                             "beam_idx": self._beam}, share_inputs=True)
+        finally:
+            self._intermediates.exit("llm")
+        if self._pages is not None:
+            self._pages.after_call("llm")
+        self._beam = np.arange(len(self._beam), dtype=np.int32)
+        self._width += 1
+        return self._req.get_tensor("logp").data.copy()
+
+    def close(self) -> None:
+        super().close()
+        self._req = None
 
 
 class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
@@ -279,6 +367,10 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
         log.info("openvino %s: compiled %s; CPU chose %s", ov.get_version(), conv_dir,
                  self.compile_info["llm"])
         self._llm = compiled["llm"]
+        if "attention_mask" not in {n for p in self._llm.inputs for n in p.get_names()}:
+            raise ConvertedModelError(
+                f"{conv_dir}: its LLM was exported before batched decoding (no attention_mask "
+                "input); re-run `cosyvino convert --force` (and `cosyvino quantize`)", conv_dir)
         for k, v in compiled.items():
             self._intermediates.register(k, v)
         self._runners = {k: _Runner(v, k, self._pages, self._intermediates)
@@ -329,6 +421,12 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
 
     def new_llm_session(self):
         return OpenVINOLLMSession(self._llm, self._pages, self._intermediates)
+
+    #: one stateful ``llm`` call advances every row (:class:`OpenVINOLLMBatch`)
+    max_llm_batch = MAX_LLM_BATCH
+
+    def new_llm_batch(self):
+        return OpenVINOLLMBatch(self._llm, self._pages, self._intermediates)
 
     # ---- flow ------------------------------------------------------------------------------
     def flow_encode(self, tokens, embedding):

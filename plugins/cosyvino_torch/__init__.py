@@ -16,6 +16,10 @@ from cosyvino.errors import BackendError
 
 #: checkpoint files this backend loads (with ``cosyvoice.yaml``)
 TORCH_FILES = ("llm.pt", "flow.pt", "hift.pt")
+#: decode rows one batched LLM call advances (``Capabilities.max_llm_batch``, the stages'
+#: ``max_llm_batch``): a bound for the scheduler, not a measured optimum (benchmarks/llm_batch.py
+#: measures the step cost per batch size)
+MAX_LLM_BATCH = 64
 
 
 def _size(n: int) -> str:
@@ -79,6 +83,7 @@ class TorchBackend(Backend):
             missing.insert(0, "cosyvoice.yaml")
         where = model_dir or "the model dir"
         common = dict(relative_speed=1.0, thread_safe=True, precisions=("fp32",),
+                      max_llm_batch=MAX_LLM_BATCH,
                       resident_bytes=inv.get("bytes") or None,
                       resident_basis="llm.pt + flow.pt + hift.pt")
         if missing:

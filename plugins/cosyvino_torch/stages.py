@@ -22,7 +22,7 @@ from cosyvino.backends.base import Stages
 from cosyvino.backends.graphs import GraphRunner
 from cosyvino.errors import BackendError
 from cosyvino.families import detect_family
-from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages, LLMSession
+from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages, LLMBatch, LLMSession
 from cosyvino.families.cosyvoice1.torch.length_regulator import LengthRegulatorStage
 from cosyvino.families.cosyvoice1.torch.llm import (
     LLMStepStage,
@@ -32,6 +32,8 @@ from cosyvino.families.cosyvoice1.torch.llm import (
 )
 from cosyvino.families.cosyvoice1.torch.flow_encoder import FlowEncoderStage
 from cosyvino.families.cosyvoice1.torch.loading import load_torch_model
+
+from . import MAX_LLM_BATCH
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
@@ -63,6 +65,72 @@ class TorchLLMSession(LLMSession):
                 self._stages._llm_prefill
             logp, self._k, self._v = step(_t(inputs_embeds), self._k, self._v)
         return _np(logp)[0]
+
+    def cache_length(self) -> int:
+        """Number of cached positions."""
+        return int(self._k.shape[3])
+
+
+def _left_pad(t: torch.Tensor, width: int) -> torch.Tensor:
+    """``t [layers, B, H, P, d_k]`` left-padded with zeros (or cut at the front) to ``width``
+    positions."""
+    n = t.shape[3]
+    if n >= width:
+        return t[:, :, :, n - width:]
+    return torch.nn.functional.pad(t, (0, 0, width - n, 0))
+
+
+class TorchLLMBatch(LLMBatch):
+    """Rows of :class:`TorchLLMSession` s in one stacked cache [layers, B, H, W, d_k] (left-
+    padded to the longest row ``W``), one decode-formulation call per step with the batch's key
+    mask. A join or a leave rebuilds the stacks; every step writes the grown cache as new
+    tensors (``torch.cat``, as an unbatched session does)."""
+
+    def __init__(self, stages: "TorchStages"):
+        super().__init__()
+        self._stages = stages
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self._width = 0
+
+    def _rebuild(self, keep: list[int], extra: TorchLLMSession | None) -> None:
+        lengths = [self._lengths[i] for i in keep]
+        if extra is not None:
+            lengths.append(extra.cache_length())
+        width = max(lengths, default=0)
+        ks, vs = [], []
+        if keep and self._k is not None:
+            idx = torch.tensor(keep)
+            ks.append(_left_pad(self._k.index_select(1, idx), width))
+            vs.append(_left_pad(self._v.index_select(1, idx), width))
+        if extra is not None:
+            ks.append(_left_pad(extra._k, width))
+            vs.append(_left_pad(extra._v, width))
+        self._k = torch.cat(ks, 1).contiguous() if ks else None
+        self._v = torch.cat(vs, 1).contiguous() if vs else None
+        self._width = width
+
+    def _join(self, session):
+        if not isinstance(session, TorchLLMSession) or session._stages is not self._stages:
+            raise BackendError("only LLM sessions of the same torch model join this batch")
+        length = session.cache_length()
+        if length >= 1:
+            with torch.inference_mode():
+                self._rebuild(list(range(len(self))), session)
+            session.reset()
+        return length
+
+    def _leave(self, index):
+        with torch.inference_mode():
+            self._rebuild([i for i in range(len(self)) if i != index], None)
+
+    def _step(self, inputs_embeds):
+        mask = _t(self.key_mask(self._width))
+        with torch.inference_mode():
+            logp, self._k, self._v = self._stages._llm_decode(_t(inputs_embeds), self._k,
+                                                              self._v, mask)
+        self._width += 1
+        return _np(logp)
 
 
 class TorchStages(CosyVoice1Stages):
@@ -108,6 +176,12 @@ class TorchStages(CosyVoice1Stages):
 
     def new_llm_session(self):
         return TorchLLMSession(self)
+
+    #: one decode call advances every row (:class:`TorchLLMBatch`)
+    max_llm_batch = MAX_LLM_BATCH
+
+    def new_llm_batch(self):
+        return TorchLLMBatch(self)
 
     def flow_encode(self, tokens, embedding):
         with torch.inference_mode():

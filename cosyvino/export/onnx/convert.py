@@ -39,6 +39,10 @@ RUNTIME = "onnxruntime"
 EXT = STAGE_EXTS[RUNTIME]
 #: 17: first opset with LayerNormalization (one ORT kernel instead of ~8 nodes per norm)
 OPSET = 17
+#: Manifest fields (``llm``) of this exporter's LLM layout (``pos_bucket`` 1: the exact-length
+#: position table; ``attention_mask``: a key mask input and a batch dimension, for batched
+#: decode); a dir whose fields differ is rewritten by ``cosyvino convert``
+LLM_LAYOUT = {"pos_bucket": 1, "attention_mask": "batch"}
 #: protobuf's hard limit is 2 GiB; above this the weights go to ``<stem>.onnx.data``
 _SINGLE_FILE_LIMIT = 1_800_000_000
 
@@ -190,4 +194,4 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *,
     }
     return convert_atomically(model_dir, out_dir, RUNTIME_SUBDIRS[RUNTIME],
                               write_stages=write_stages, header=header, stateful=False,
-                              progress=progress, overwrite=overwrite)
+                              progress=progress, overwrite=overwrite, llm_layout=LLM_LAYOUT)

@@ -29,21 +29,22 @@ from cosyvino.families.cosyvoice1.torch.transformer import RelPositionMultiHeade
 
 def _query_pos_projection(self: RelPositionMultiHeadedAttention, q_v: torch.Tensor
                           ) -> torch.Tensor:
-    """``q_v [1, H, T, d_k] -> [1, H, T, d]``, head ``h`` times its slice of ``W_pos``.
+    """``q_v [B, H, T, d_k] -> [B, H, T, d]``, head ``h`` times its slice of ``W_pos``.
 
     Same values as ``q_v @ W_pos.reshape(H, d_k, d)`` (the zero blocks add exact zeros), but the
     weight stays the 2-D ``linear_pos`` matrix: a batched MatMul against a 3-D weight is not a
     FullyConnected for the OpenVINO CPU plugin, so after ``nncf.compress_weights`` it kept a
     decompressed f32 copy of that weight and decompressed it on every step (docs/performance.md,
-    "Measurements behind code constants"). Batch 1 only (the LLM step).
+    "Measurements behind code constants").
     """
-    h, t, dk = q_v.shape[1], q_v.shape[2], q_v.shape[3]
+    h, dk = q_v.shape[1], q_v.shape[3]
     eye = torch.eye(h, dtype=q_v.dtype, device=q_v.device).reshape(h, 1, h, 1)
-    # row (h, t) holds q_v[h, t] in column block h and zeros elsewhere: [H, T, H * d_k]
-    blocks = (eye * q_v[0].unsqueeze(2)).reshape(h, t, h * dk)
+    # row (b, h, t) holds q_v[b, h, t] in column block h and zeros elsewhere: [B, H, T, H*d_k]
+    blocks = eye * q_v.unsqueeze(3)  # [B, H, T, H, d_k]
+    blocks = blocks.reshape(q_v.shape[0], h, q_v.shape[2], h * dk)
     # x @ W_pos (its rows are (head, d_k)) as linear(x, W_pos^T): traced to a 2-D constant in
     # the FullyConnected [N, K] layout, which NNCF compresses per output channel
-    return F.linear(blocks, self.linear_pos.weight.t()).unsqueeze(0)
+    return F.linear(blocks, self.linear_pos.weight.t())
 
 
 def _sdpa_forward(self: RelPositionMultiHeadedAttention, x, pos, mask=None, past_k=None,
@@ -87,13 +88,17 @@ def sdpa_attention(module: nn.Module):
 POS_BUCKET = 64
 
 #: Manifest fields (``llm``) of this exporter's LLM layout; a dir whose fields differ was
-#: written by an older exporter and ``cosyvino convert`` rewrites it.
-LLM_LAYOUT = {"pos_bucket": POS_BUCKET, "query_pos_projection": "block_diagonal"}
+#: written by an older exporter and ``cosyvino convert`` rewrites it. ``attention_mask``: the
+#: step takes a key mask and a batch dimension (batched decode of left-padded rows).
+LLM_LAYOUT = {"pos_bucket": POS_BUCKET, "query_pos_projection": "block_diagonal",
+              "attention_mask": "batch"}
 
 
 class LLMCacheStep(nn.Module):
-    """``(inputs_embeds [1, T, D], past_0_k, past_0_v, ...) -> (logp [1, V+1], present_0_k,
-    present_0_v, ...)``; per-layer caches ``[1, H, P, d_k]``.
+    """``(inputs_embeds [B, T, D], attention_mask [B, P+T], past_0_k, past_0_v, ...) ->
+    (logp [B, V+1], present_0_k, present_0_v, ...)``; per-layer caches ``[B, H, P, d_k]``,
+    rows left-padded to the common ``P``, ``attention_mask`` 1 = real key, 0 = padding (see
+    :meth:`cosyvino.families.cosyvoice1.torch.transformer.Encoder.forward_cached`).
 
     ``query_side_pos`` as in :class:`cosyvino.families.cosyvoice1.torch.llm.LLMStepStage`; ``pos_bucket``
     as in :meth:`cosyvino.families.cosyvoice1.torch.transformer.Encoder.forward_cached` (default
@@ -107,13 +112,13 @@ class LLMCacheStep(nn.Module):
         self.query_side_pos = query_side_pos
         self.pos_bucket = POS_BUCKET if pos_bucket is None else pos_bucket
 
-    def forward(self, inputs_embeds: torch.Tensor, *past: torch.Tensor):
+    def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
+                *past: torch.Tensor):
         ks, vs = list(past[0::2]), list(past[1::2])
         h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, ks, vs, self.query_side_pos,
-                                               self.pos_bucket)
+                                               self.pos_bucket, key_mask=attention_mask)
         logp = torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)
         out = [logp]
         for k, v in zip(pk, pv):
             out += [k, v]
         return tuple(out)
-

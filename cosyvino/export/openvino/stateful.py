@@ -6,7 +6,13 @@ The states are the graph table's :class:`cosyvino.families.StateSpec` entries (v
 ``beam_idx`` parameter and a ``Gather(past, beam_idx, axis 0)`` in front of every state input
 (reorder hook; the CPU plugin's stateful-SDPA fusion expects it), ``MakeStateful`` over the
 (input, output) name pairs, then every ``ReadValue`` gets a zero initializer of its state's
-``init_shape`` (zero-sized along the growing axis), so a fresh or reset request starts empty.
+``init_shape`` (zero-sized along the growing axis), so a fresh or reset request starts empty
+(batch ``init_shape[0]``, 1: a session's prefill).
+
+Batched decode (several requests' rows in one request's state): the state's batch is dynamic; a
+batch request's state is written with ``set_state`` when rows join, and ``beam_idx`` selects and
+orders the state rows the next step continues from (a row gather the CPU plugin applies inside
+its KV cache), so rows leave between steps without a copy of the caches.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ BEAM_IDX = "beam_idx"
 
 def make_llm_stateful(model: ov.Model, states: Sequence[StateSpec]) -> ov.Model:
     """In-place: the ``states``' inputs/outputs become OpenVINO states; adds the
-    :data:`BEAM_IDX` i32 ``[batch]`` input (batch = ``init_shape[0]``, the same for all).
+    :data:`BEAM_IDX` i32 ``[batch]`` input (dynamic: the rows a step continues from).
 
-    Raises ValueError: no states, states of different batch, the model already has a
-    :data:`BEAM_IDX` input, or a ``ReadValue`` that matches no state (a bug).
+    Raises ValueError: no states, states of different initial batch or growing along axis 0,
+    the model already has a :data:`BEAM_IDX` input, or a ``ReadValue`` that matches no state
+    (a bug).
     """
     if not states:
         raise ValueError("no states to make stateful")
@@ -38,7 +45,9 @@ def make_llm_stateful(model: ov.Model, states: Sequence[StateSpec]) -> ov.Model:
         raise ValueError(f"states of different batch sizes {sorted(batches)}")
     if BEAM_IDX in sum((list(p.get_names()) for p in model.inputs), []):
         raise ValueError(f"model already has a {BEAM_IDX} input")
-    beam_idx = opset13.parameter(ov.PartialShape([batches.pop()]), ov.Type.i32, name=BEAM_IDX)
+    if any(s.axis == 0 for s in states):
+        raise ValueError("state batch axis 0 cannot be the growing axis")
+    beam_idx = opset13.parameter(ov.PartialShape([-1]), ov.Type.i32, name=BEAM_IDX)
     beam_idx.output(0).get_tensor().set_names({BEAM_IDX})
     model.add_parameters([beam_idx])
     for state in states:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from cosyvino.backends.tables import ServingTablesMixin
+from cosyvino.errors import BackendError
 
-from .stages import CosyVoice1Stages, LLMSession
+from .stages import CosyVoice1Stages, LLMBatch, LLMSession, left_pad
 
 
 def _f32(a) -> np.ndarray:
@@ -23,23 +24,93 @@ def _i64(a) -> np.ndarray:
 
 
 class GraphLLMSession(LLMSession):
-    """The ``llm`` graph's KV cache in a runner session."""
+    """The ``llm`` graph's KV cache in a runner session (batch 1: ``attention_mask`` all
+    ones)."""
 
     def __init__(self, session):
         self._session = session
+        self._length = 0
 
     def forward(self, inputs_embeds):
-        return self._session.run([_f32(inputs_embeds)])[0][0]
+        x = _f32(inputs_embeds)
+        mask = np.ones((1, self._length + x.shape[1]), np.float32)
+        out = self._session.run([x, mask])[0][0]
+        self._length += x.shape[1]
+        return out
 
     def reset(self):
         self._session.reset()
+        self._length = 0
 
     def close(self):
         self._session.close()
+        self._length = 0
 
     def cache_length(self) -> int:
         """Positions in the KV cache."""
-        return self._session.state_length()
+        return self._length
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The KV cache, state input name -> float32 [1, H, P, d_k]."""
+        return self._session.state_arrays()
+
+
+class GraphLLMBatch(LLMBatch):
+    """Rows of :class:`GraphLLMSession` s decoded by one ``llm`` graph call per step: every
+    layer's cache held as one left-padded array [B, H, W, d_k] (``W`` = the longest row) fed as
+    the graph's state inputs, with the batch's key mask. A join or a leave rebuilds the arrays
+    (one copy of every cache); a step feeds them as they are, but a runtime with explicit state
+    (ONNX Runtime, the torch runner) writes the grown cache as new arrays, so each step copies
+    every cache once there, as an unbatched session does."""
+
+    def __init__(self, runner):
+        super().__init__()
+        self._runner = runner
+        self._spec = runner.table["llm"]
+        self._in = {t.name: i for i, t in enumerate(self._spec.inputs)}
+        out = {t.name: i for i, t in enumerate(self._spec.outputs)}
+        self._present = {s.input: out[s.output] for s in self._spec.state}
+        self._state: dict[str, np.ndarray] = {}
+        self._width = 0
+
+    def _rebuild(self, extra: dict[str, np.ndarray] | None, keep: list[int]) -> None:
+        lengths = [self._lengths[i] for i in keep]
+        if extra is not None:
+            first = self._spec.state[0]
+            lengths.append(int(extra[first.input].shape[first.axis]))
+        width = max(lengths, default=0)
+        state = {}
+        for s in self._spec.state:
+            parts = [left_pad(self._state[s.input][keep], width, s.axis)] if keep else []
+            if extra is not None:
+                parts.append(left_pad(np.asarray(extra[s.input], np.float32), width, s.axis))
+            state[s.input] = np.ascontiguousarray(np.concatenate(parts)) if parts else None
+        self._state = state if any(v is not None for v in state.values()) else {}
+        self._width = width
+
+    def _join(self, session):
+        if not isinstance(session, GraphLLMSession):
+            raise BackendError(f"a {type(session).__name__} cannot join a graph LLM batch")
+        arrays = session.state_arrays()
+        length = session.cache_length()
+        if length >= 1:
+            self._rebuild(arrays, list(range(len(self))))
+            session.reset()
+        return length
+
+    def _leave(self, index):
+        self._rebuild(None, [i for i in range(len(self)) if i != index])
+
+    def _step(self, inputs_embeds):
+        arrays: list = [None] * len(self._spec.inputs)
+        arrays[self._in["inputs_embeds"]] = inputs_embeds
+        arrays[self._in["attention_mask"]] = self.key_mask(self._width)
+        for name, a in self._state.items():
+            arrays[self._in[name]] = a
+        outs = self._runner.run("llm", arrays)
+        self._state = {name: outs[i] for name, i in self._present.items()}
+        self._width += 1
+        return outs[0]
 
 
 class GraphStages(ServingTablesMixin, CosyVoice1Stages):
@@ -62,6 +133,12 @@ class GraphStages(ServingTablesMixin, CosyVoice1Stages):
 
     def new_llm_session(self):
         return GraphLLMSession(self.runner.new_session("llm"))
+
+    #: one ``llm`` graph call advances every row (:class:`GraphLLMBatch`)
+    max_llm_batch = 64
+
+    def new_llm_batch(self) -> GraphLLMBatch:
+        return GraphLLMBatch(self.runner)
 
     def flow_encode(self, tokens, embedding):
         h, spks = self.runner.run("flow_encoder", [_i64(tokens), _f32(embedding)])

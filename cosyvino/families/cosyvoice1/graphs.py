@@ -13,9 +13,9 @@ harmonics + 1 (9).
 Example inputs (:meth:`GraphSpec.example_inputs`: what the exporters trace with and the
 conformance suite calls with) are random at :attr:`GraphSpec.example_sizes`; inputs with a valid
 range get values in it (:class:`V1GraphSpec`: the estimator's mask is ones and ``t`` in [0, 1),
-``interp`` in [0, 1), f0 in Hz with voiced and unvoiced frames, the NSF phase in [-pi, pi) with
-the fundamental's at 0, a small source signal), so a traced graph never sees inputs the
-pipeline cannot produce.
+``interp`` in [0, 1), the LLM's ``attention_mask`` of left-padded rows, f0 in Hz with voiced
+and unvoiced frames, the NSF phase in [-pi, pi) with the fundamental's at 0, a small source
+signal), so a traced graph never sees inputs the pipeline cannot produce.
 """
 
 from __future__ import annotations
@@ -83,6 +83,15 @@ def _nsf_phase(shape, rng):
     phase = rng.uniform(-math.pi, math.pi, shape)
     phase[..., 0] = 0.0
     return phase
+
+
+def _left_padded_mask(shape, rng):
+    # key mask [B, P+T] of left-padded rows: row b has its first b keys padded (0), the rest
+    # real (1); row 0 is unpadded. The new keys (the last T) are always real.
+    mask = np.ones(shape)
+    for b in range(shape[0]):
+        mask[b, :min(b, shape[1] - 1)] = 0.0
+    return mask
 
 
 def _nsf_source(shape, rng):
@@ -163,14 +172,21 @@ def graph_table(config) -> GraphTable:
                   (_f("text_features", 1, "text_len", d),),
                   example_sizes={"text_len": 9}, torch_module=_text_encoder,
                   doc="text embedding, causal conformer, affine to the LLM width"),
-        GraphSpec("llm", "llm",
-                  (_f("inputs_embeds", 1, "new", d),
-                   *(_f(n, 1, heads, "past", dk) for n in past)),
-                  (_f("logp", 1, v1), *(_f(n, 1, heads, "total", dk) for n in present)),
-                  state=tuple(StateSpec(p, q, (1, heads, 0, dk)) for p, q in zip(past, present)),
-                  example_sizes={"new": 4, "past": 3, "total": 7}, torch_module=_llm,
-                  doc="one KV-cached LLM step: log-softmax of the speech-token head at the "
-                      "last position"),
+        V1GraphSpec("llm", "llm",
+                    (_f("inputs_embeds", "batch", "new", d),
+                     _f("attention_mask", "batch", "total"),
+                     *(_f(n, "batch", heads, "past", dk) for n in past)),
+                    (_f("logp", "batch", v1),
+                     *(_f(n, "batch", heads, "total", dk) for n in present)),
+                    state=tuple(StateSpec(p, q, (1, heads, 0, dk))
+                                for p, q in zip(past, present)),
+                    example_sizes={"batch": 2, "new": 4, "past": 3, "total": 7},
+                    torch_module=_llm,
+                    doc="one KV-cached LLM step of B rows (prefill: B = 1; batched decode: "
+                        "T = 1), rows left-padded to the common cache length and "
+                        "attention_mask (1 = real key, 0 = padding) over past + new keys: "
+                        "log-softmax of the speech-token head at the last position",
+                    example_values={"attention_mask": _left_padded_mask}),
         GraphSpec("flow_encoder", "flow", (_i("token", 1, "tokens"), _f("embedding", 1, s)),
                   (_f("h", 1, "tokens", c), _f("spks", 1, c)),
                   example_sizes={"tokens": 13}, torch_module=_flow_encoder,

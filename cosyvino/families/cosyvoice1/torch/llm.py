@@ -103,21 +103,25 @@ class LLMStepStage(nn.Module):
         self.lm = lm
         self.query_side_pos = query_side_pos
 
-    def forward(self, inputs_embeds: Tensor, past_k: Tensor, past_v: Tensor
-                ) -> tuple[Tensor, Tensor, Tensor]:
-        """Run ``T`` new positions after ``P`` cached ones.
+    def forward(self, inputs_embeds: Tensor, past_k: Tensor, past_v: Tensor,
+                attention_mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Run ``T`` new positions after ``P`` cached ones, for ``B`` rows.
 
         Args:
-            inputs_embeds: float32 ``[1, T, D]`` (``T >= 1``).
-            past_k, past_v: float32 ``[num_layers, 1, H, P, d_k]`` (``P`` may be 0).
+            inputs_embeds: float32 ``[B, T, D]`` (``T >= 1``).
+            past_k, past_v: float32 ``[num_layers, B, H, P, d_k]`` (``P`` may be 0), rows
+                left-padded to the common ``P``.
+            attention_mask: ``[B, P+T]``, 1 = real key, 0 = padding (see
+                :meth:`~.transformer.Encoder.forward_cached`); ``None`` = no padding.
         Returns:
-            ``logp`` float32 ``[1, speech_token_size+1]``: log-softmax of ``llm_decoder`` at the
-            last new position; ``present_k``, ``present_v`` ``[num_layers, 1, H, P+T, d_k]``.
+            ``logp`` float32 ``[B, speech_token_size+1]``: log-softmax of ``llm_decoder`` at the
+            last new position; ``present_k``, ``present_v`` ``[num_layers, B, H, P+T, d_k]``.
         """
         n = len(self.lm.llm.encoders)
         ks = [past_k[i] for i in range(n)]
         vs = [past_v[i] for i in range(n)]
-        h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, ks, vs, self.query_side_pos)
+        h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, ks, vs, self.query_side_pos,
+                                               key_mask=attention_mask)
         logits = self.lm.llm_decoder(h[:, -1])
         return torch.log_softmax(logits, dim=-1), torch.stack(pk), torch.stack(pv)
 
@@ -129,19 +133,22 @@ class LLMStepStage(nn.Module):
 
 
 class LLMExplicitCacheStep(nn.Module):
-    """``(inputs_embeds [1, T, D], past_0_key, past_0_value, ...) -> (logp [1, V+1],
-    present_0_key, present_0_value, ...)``; per-layer caches float32 ``[1, H, P, d_k]``,
-    presents ``[1, H, P+T, d_k]``. ``query_side_pos=True`` (the decode-friendly evaluation
-    order of the rel-pos term, see :class:`LLMStepStage`) serves
-    prefill and decode with one graph."""
+    """``(inputs_embeds [B, T, D], attention_mask [B, P+T], past_0_key, past_0_value, ...) ->
+    (logp [B, V+1], present_0_key, present_0_value, ...)``; per-layer caches float32
+    ``[B, H, P, d_k]`` (rows left-padded to the common ``P``), presents ``[B, H, P+T, d_k]``;
+    ``attention_mask`` float32, 1 = real key, 0 = padding
+    (:meth:`~.transformer.Encoder.forward_cached`). ``query_side_pos=True`` (the
+    decode-friendly evaluation order of the rel-pos term, see :class:`LLMStepStage`) serves
+    prefill (B = 1) and batched decode steps (T = 1) with one graph."""
 
     def __init__(self, lm: TransformerLM):
         super().__init__()
         self.lm = lm
 
-    def forward(self, inputs_embeds: torch.Tensor, *past: torch.Tensor):
+    def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
+                *past: torch.Tensor):
         h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, list(past[0::2]),
-                                               list(past[1::2]), True)
+                                               list(past[1::2]), True, key_mask=attention_mask)
         out = [torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)]
         for k, v in zip(pk, pv):
             out += [k, v]

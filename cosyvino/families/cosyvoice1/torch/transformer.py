@@ -317,18 +317,29 @@ class Encoder(nn.Module):
         return self._finish(x)
 
     def forward_cached(self, xs: Tensor, past_k: Sequence[Tensor], past_v: Sequence[Tensor],
-                       query_side_pos: bool = False, pos_bucket: int = 1
+                       query_side_pos: bool = False, pos_bucket: int = 1,
+                       key_mask: Optional[Tensor] = None
                        ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-        """Causal step over new positions ``P .. P+T-1`` with an explicit KV cache (batch 1).
+        """Causal step over new positions ``P .. P+T-1`` with an explicit KV cache.
 
         New positions see every cached position and, among themselves, causally. Equals
         :meth:`forward` of the concatenated sequence for ``static_chunk_size`` 1 (upstream
         ``BaseEncoder.forward_chunk`` with ``required_cache_size=-1`` and a lower-triangular
         ``att_mask``, as ``TransformerLM.inference`` calls it).
 
+        Batches of ``B`` rows with different real cache lengths ``P_b`` are LEFT-padded to the
+        common ``P``: row ``b``'s real keys are its last ``P_b`` cached positions, ``key_mask``
+        hides the ``P - P_b`` padded ones. One relative-position table then serves every row:
+        new query ``i`` sits at padded position ``P+i`` and real key ``j`` at padded position
+        ``j``, whose true distance ``(P_b+i) - (j-(P-P_b)) = P+i-j`` is the padded one. Masked
+        keys get exactly zero attention weight, so a row's output equals its unbatched output
+        up to fp32 rounding.
+
         Args:
-            xs: float ``[1, T, input_size]`` (``T >= 1``).
-            past_k, past_v: per layer float ``[1, H, P, d_k]`` (``P`` may be 0).
+            xs: float ``[B, T, input_size]`` (``T >= 1``).
+            past_k, past_v: per layer float ``[B, H, P, d_k]`` (``P`` may be 0).
+            key_mask: ``[B, P+T]`` (bool, or float with 1 = real key and 0 = padding), or
+                ``None`` = every key real.
             query_side_pos: see :class:`RelPositionMultiHeadedAttention`.
             pos_bucket: build the relative position table for a multiple of this many
                 distances (the extra rows are sliced off the scores; same values). An exported
@@ -336,8 +347,8 @@ class Encoder(nn.Module):
                 OpenVINO CPU plugin keeps a compiled kernel and buffers (~1 MB) for every
                 distinct MatMul shape it runs, which grew the LLM's memory with every token.
         Returns:
-            ``(ys [1, T, output_size], present_k, present_v)``, present per layer
-            ``[1, H, P+T, d_k]``.
+            ``(ys [B, T, output_size], present_k, present_v)``, present per layer
+            ``[B, H, P+T, d_k]``.
         """
         t = xs.shape[1]
         p = past_k[0].shape[2]
@@ -350,6 +361,8 @@ class Encoder(nn.Module):
         i = torch.arange(t, device=xs.device)
         j = torch.arange(p + t, device=xs.device)
         att_mask = (j.unsqueeze(0) <= (i + p).unsqueeze(1)).unsqueeze(0)  # [1, T, P+T]
+        if key_mask is not None:
+            att_mask = att_mask & (key_mask != 0).unsqueeze(1)  # [B, T, P+T]
         present_k: list[Tensor] = []
         present_v: list[Tensor] = []
         for n, layer in enumerate(self.encoders):
