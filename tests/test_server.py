@@ -211,6 +211,19 @@ def test_sse_stream(server):
     assert b"".join(base64.b64decode(e["audio"]) for e in deltas) == audio.content
 
 
+def test_sse_done_reports_the_stage_times(server):
+    """The done event carries the synthesis' per-stage seconds and calls (the web page shows
+    them): summed over the chunks of both segments."""
+    r = post(server.url, {"input": TWO, "voice": VOICE, "response_format": "pcm",
+                          "stream_format": "sse"})  # no seed: never a cache hit
+    done = [json.loads(line[6:]) for line in r.text.splitlines()
+            if line.startswith("data: ")][-1]
+    assert done["type"] == "speech.audio.done" and done["usage"]["output_tokens"] == 2 * TOKENS
+    stages = done["stages"]
+    assert stages["llm_decode"]["calls"] == 2 * (TOKENS - 1)  # per segment: first token is prefill
+    assert stages["vocoder"]["seconds"] > 0 and stages["flow_estimator"]["seconds"] > 0
+
+
 def test_models_and_voices(server, synth):
     r = httpx.get(server.url + "/v1/models")
     assert r.status_code == 200

@@ -69,10 +69,16 @@ def sse_delta(chunk: bytes) -> bytes:
     return sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode()})
 
 
-def sse_done(n_tokens: int) -> bytes:
-    """``speech.audio.done`` event with the usage (speech tokens)."""
-    return sse_event({"type": "speech.audio.done",
-                      "usage": {"output_tokens": n_tokens, "total_tokens": n_tokens}})
+def sse_done(n_tokens: int, stages: dict | None = None) -> bytes:
+    """``speech.audio.done`` event with the usage (speech tokens) and, as a cosyvino extension
+    OpenAI clients ignore, ``stages``: per-stage ``{"seconds", "calls"}`` of the synthesis
+    (summed over its chunks, :class:`cosyvino.timing.StageTimes` names; absent for a cached
+    answer)."""
+    event = {"type": "speech.audio.done",
+             "usage": {"output_tokens": n_tokens, "total_tokens": n_tokens}}
+    if stages:
+        event["stages"] = stages
+    return sse_event(event)
 
 
 def cached_response(data: bytes, fmt: str, sse: bool) -> Response:
@@ -242,7 +248,7 @@ class SynthesisResponse(Response):
                         progress.started = True
                     final = self._frame(tail)
                     if self.sse:
-                        final += sse_done(progress.tokens)
+                        final += sse_done(progress.tokens, progress.stages)
                     await send({"type": "http.response.body", "body": final,
                                 "more_body": False})
                     metrics.audio_seconds.inc(progress.audio_seconds)
@@ -312,8 +318,13 @@ class _Progress:
         self.audio_seconds = 0.0
         self.wall = 0.0
         self.tokens = 0
+        self.stages: dict[str, dict] = {}  # summed Audio.stats["stages"] of the chunks
 
     def add(self, audio, last_in_segment: bool) -> None:
+        for name, st in (audio.stats.get("stages") or {}).items():
+            total = self.stages.setdefault(name, {"seconds": 0.0, "calls": 0})
+            total["seconds"] = round(total["seconds"] + float(st.get("seconds", 0.0)), 6)
+            total["calls"] += int(st.get("calls", 0))
         self.chunks += 1
         self.segments += int(last_in_segment)
         self.audio_seconds += audio.duration
