@@ -140,8 +140,9 @@ class LoggingTorchBackend(Backend):
     def capabilities(cls, model_dir, probe=None) -> Capabilities:
         caps = get_backend(INNER).capabilities(model_dir, probe)
         # same files and speed as torch at one thread: never faster than torch, so the
-        # planner picks it only through --backend logging-torch
-        return dataclasses.replace(caps, thread_safe=False, relative_speed=min(
+        # planner picks it only through --backend logging-torch; its stages step LLM
+        # sessions one by one (no batched decode: max_llm_batch 1)
+        return dataclasses.replace(caps, thread_safe=False, max_llm_batch=1, relative_speed=min(
             caps.relative_speed, 1.0), reason=f"{caps.reason} (via {INNER}, timing logs)")
 
     @classmethod
