@@ -60,6 +60,11 @@ class ChunkStream:
             pass
 
 
+def _check_llm_batch(n) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(f"llm_batch must be a positive integer, got {n!r}")
+
+
 class Synthesizer:
     """CosyVoice text-to-speech on one backend.
 
@@ -78,6 +83,10 @@ class Synthesizer:
         overlap_stages: on thread-safe stages, run a request's lanes at the same time (v1:
             the LLM decodes the next tokens while the flow/vocoder turn the due hop into
             audio; one extra worker thread). False runs them one after the other (same audio).
+        llm_batch: most LLM decode steps of concurrent :meth:`submit` requests one backend call
+            runs (issue 17; capped at the stages' ``max_llm_batch``). 1 (default) = off: each
+            request decodes in its own session. A request's tokens and audio are the same for
+            its seed either way (docs/architecture.md, "Batching across requests").
         voices_dir: where registered voices are kept (:mod:`cosyvino.voice_store`; one file
             per voice, read at start and whenever another process changes it). None (default):
             ``<model_dir>/voices`` (created on the first :meth:`add_voice`); give a writable
@@ -98,14 +107,17 @@ class Synthesizer:
     Raises:
         ModelDirError / ConfigError / CheckpointError: bad (or, for None, absent) model dir.
         BackendError: unknown or unusable backend.
-        InputError: ``modes`` names a mode the family does not have.
+        InputError: ``modes`` names a mode the family does not have; ``llm_batch`` is not a
+            positive integer.
     """
 
     def __init__(self, model_dir: str | None = None, backend: str = "torch", *,
                  num_threads: int | None = None, max_parallel: int = 1,
-                 overlap_stages: bool = True, voices_dir: str | os.PathLike | bool | None = None,
+                 overlap_stages: bool = True, llm_batch: int = 1,
+                 voices_dir: str | os.PathLike | bool | None = None,
                  prompt_backend: str | None = None, modes: Sequence[str] | None = None,
                  prompt_encoder=None, **backend_options):
+        _check_llm_batch(llm_batch)  # before the (slow) load
         if model_dir is None:
             model_dir = _existing_default_model()
         self.model_dir = str(model_dir)
@@ -116,7 +128,8 @@ class Synthesizer:
         start = time.perf_counter()
         stages = backend_cls.load(self.model_dir, num_threads=num_threads, **backend_options)
         self.load_seconds = time.perf_counter() - start
-        self._attach(stages, max_parallel, overlap_stages, voices_dir=voices_dir,
+        self._attach(stages, max_parallel, overlap_stages, llm_batch=llm_batch,
+                     voices_dir=voices_dir,
                      prompt_backend=prompt_backend, modes=modes, num_threads=num_threads,
                      prompt_encoder=prompt_encoder)
 
@@ -124,10 +137,11 @@ class Synthesizer:
     def from_stages(cls, stages, *, backend_name: str = "custom", model_dir: str | None = None,
                     max_parallel: int = 1, voices_dir: str | os.PathLike | bool | None = None,
                     prompt_backend: str | None = None, modes: Sequence[str] | None = None,
-                    prompt_encoder=None) -> "Synthesizer":
+                    prompt_encoder=None, llm_batch: int = 1) -> "Synthesizer":
         """A Synthesizer around already loaded ``stages`` (a family's
         :class:`cosyvino.backends.Stages` subclass), e.g. a wrapper that records or times
-        stage calls; ``voices_dir`` / ``prompt_backend`` / ``modes`` / ``prompt_encoder`` as in
+        stage calls; ``voices_dir`` / ``prompt_backend`` / ``modes`` / ``prompt_encoder`` /
+        ``llm_batch`` as in
         the constructor
         (without ``model_dir``: voices in memory, no prompt models unless the family finds
         some). Raises as :meth:`set_max_parallel`."""
@@ -135,16 +149,18 @@ class Synthesizer:
         self.model_dir = model_dir
         self.backend_name = backend_name
         self.load_seconds = 0.0
-        self._attach(stages, max_parallel, voices_dir=voices_dir,
+        self._attach(stages, max_parallel, llm_batch=llm_batch, voices_dir=voices_dir,
                      prompt_backend=prompt_backend, modes=modes, prompt_encoder=prompt_encoder)
         return self
 
     def _attach(self, stages, max_parallel: int, overlap_stages: bool = True, *,
-                voices_dir=None, prompt_backend: str | None = None,
+                llm_batch: int = 1, voices_dir=None, prompt_backend: str | None = None,
                 modes: Sequence[str] | None = None, num_threads: int | None = None,
                 prompt_encoder=None) -> None:
+        _check_llm_batch(llm_batch)
         self.stages = stages
         self.overlap_stages = bool(overlap_stages)
+        self.llm_batch = llm_batch
         self.config = stages.config
         self.family = get_family(getattr(stages, "family", "") or "cosyvoice1")
         self.frontend = self.family.make_frontend(self.config)
@@ -446,9 +462,18 @@ class Synthesizer:
         with self._scheduler_lock:
             if self._scheduler is None:
                 self._scheduler = Scheduler([self.engine] * self.max_parallel,
-                                            lane_workers=None if self.overlap_stages else 0)
+                                            lane_workers=None if self.overlap_stages else 0,
+                                            llm_batch=self.llm_batch)
             scheduler = self._scheduler
         return scheduler.submit(request, cancel=cancel, callback=callback)
+
+    @property
+    def llm_batch_stats(self) -> list[dict | None]:
+        """Decode-batch occupancy of :meth:`submit`'s scheduler, per engine
+        (:attr:`cosyvino.engine.Scheduler.batch_stats`: steps, row_steps, mean_rows, max_rows,
+        rows, occupancy; None where batching is off); [] before the first submit."""
+        scheduler = self._scheduler
+        return [] if scheduler is None else scheduler.batch_stats
 
     def tokens_to_audio(self, speech_tokens: Sequence[int], speaker: str, *, speed: float = 1.0,
                         seed: int | None = None) -> Audio:

@@ -56,6 +56,15 @@ class Program(abc.ABC):
         every lane waits for another one)."""
         return () if self.phase is Phase.DONE else self.lanes[:1]
 
+    def decode_ready(self, lane: str) -> bool:
+        """Whether ``lane``'s next step is one LLM decode step that the scheduler may run as a
+        row of a batch (:mod:`cosyvino.engine.batching`). A program that says True offers
+        ``decode_session()`` (its prefilled LLM session), ``decode_input()`` (sample its next
+        token with its own draws -> the embedding float32 [1, 1, D] of the next position, or
+        None when its decoding ends), ``decode_accept(logp [V+1], times)`` and
+        ``decode_leave()`` (after None). Default: False (never batched)."""
+        return False
+
     def check_cancelled(self) -> None:
         """Raise :class:`SynthesisCancelled` when the request was cancelled; long steps call
         it between their stage calls (e.g. before every estimator call), so cancellation

@@ -5,9 +5,15 @@ Each worker thread belongs to one engine (several workers share an engine whose 
 thread-safe; a backend that is not gets one engine per worker). A submitted request is started
 (validated, split) in the caller's thread, bound to the engine with the fewest active requests
 and then stepped by that engine's workers in turn with the engine's other requests, one
-:meth:`Engine.step` at a time: this is where batching the steps of several requests will live
-(batch size 1 for now). Chunks, the end and errors reach the submitter through its
+:meth:`Engine.step` at a time. Chunks, the end and errors reach the submitter through its
 :class:`RequestHandle`; cancelling stops a request before its next step.
+
+With ``llm_batch=N`` (N >= 2, capped at the stages' ``max_llm_batch``) the LLM decode steps of
+an engine's concurrent requests run as one batch (:class:`~.batching.DecodeBatch`): a request
+whose decode step is ready joins when another request of the engine decodes too (a lone
+request keeps its own session steps), stays a row until its segment's decoding ends, and the
+batch is one queued item stepped by one worker at a time; the other lanes (v1 audio) keep
+running on the other workers.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import threading
 from typing import Callable, Sequence
 
 from ..request import SynthesisRequest
+from .batching import DecodeBatch
 from .engine import Engine, RequestState
 
 log = logging.getLogger("cosyvino.engine")
@@ -78,15 +85,27 @@ class RequestHandle:
         self._finished = True
 
 
+class _BatchItem:
+    """The ready-queue entry of a group's decode batch (in place of a handle)."""
+
+    def cancel(self) -> None:
+        pass
+
+
 class _Group:
     """One engine, its workers and its runnable ``(handle, lane)`` items (round-robin)."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, llm_batch: int = 1):
         self.engine = engine
         self.ready: collections.deque = collections.deque()
-        self.busy: set = set()  # (handle, lane) queued or being stepped
+        self.busy: set = set()  # (handle, lane) queued or being stepped (or a batch row)
         self.running: dict = {}  # handle -> lanes being stepped now
         self.active = 0
+        cap = min(int(llm_batch), int(getattr(engine.stages, "max_llm_batch", 1)))
+        self.batch = DecodeBatch(engine, cap) if cap >= 2 else None
+        self.joining: list = []  # handles waiting to join the batch at its next step
+        self.batch_item = _BatchItem()
+        self.batch_queued = False  # the batch item is queued or being stepped
 
 
 class Scheduler:
@@ -101,16 +120,24 @@ class Scheduler:
             (v1: the ``audio`` lane while the ``llm`` lane decodes), so the stages of one
             request overlap; None = one per extra lane when the engine has ``lane_locks``
             (lanes may run at once), else 0.
+        llm_batch: most LLM decode rows of concurrent requests one backend call advances per
+            engine (capped at the stages' ``max_llm_batch``); 1 (default) or a cap below 2 =
+            every request decodes in its own session, one step at a time.
+
+    Raises:
+        ValueError: no engines, or ``llm_batch`` is not a positive integer.
     """
 
     def __init__(self, engines: Sequence[Engine], *, name: str = "cosyvino-engine",
-                 lane_workers: int | None = None):
+                 lane_workers: int | None = None, llm_batch: int = 1):
         if not engines:
             raise ValueError("a scheduler needs at least one engine")
+        if isinstance(llm_batch, bool) or not isinstance(llm_batch, int) or llm_batch < 1:
+            raise ValueError(f"llm_batch must be a positive integer, got {llm_batch!r}")
         self._cond = threading.Condition()
         self._groups: dict[int, _Group] = {}
         for e in engines:
-            self._groups.setdefault(id(e), _Group(e))
+            self._groups.setdefault(id(e), _Group(e, llm_batch))
         self._closed = False
         self._threads = []
         workers = list(engines)
@@ -134,6 +161,14 @@ class Scheduler:
         """Requests submitted and not finished."""
         with self._cond:
             return sum(g.active for g in self._groups.values())
+
+    @property
+    def batch_stats(self) -> list[dict | None]:
+        """Per engine (the order of :attr:`engines`): its decode batch's
+        :meth:`~.batching.DecodeBatch.stats` (steps, row_steps, mean_rows, max_rows, rows,
+        occupancy), None when that engine does not batch."""
+        with self._cond:
+            return [None if g.batch is None else g.batch.stats() for g in self._groups.values()]
 
     def submit(self, request: SynthesisRequest, *, cancel: threading.Event | None = None,
                callback: Callable | None = None) -> RequestHandle:
@@ -178,39 +213,109 @@ class Scheduler:
                 if self._closed and not group.ready:
                     return
                 handle, lane = group.ready.popleft()
-                if self._closed:
+                if handle is group.batch_item:
+                    joiners = group.joining[:max(0, group.batch.cap - len(group.batch))]
+                    del group.joining[:len(joiners)]
+                    if self._closed:
+                        for h in group.batch.handles + joiners + group.joining:
+                            h.cancel()
+                elif self._closed:
                     handle.cancel()  # closing: in-flight requests stop at their next step
-                if handle not in group.running:  # finished (failed) while this was queued
-                    group.busy.discard((handle, lane))
-                    continue
-                group.running[handle].add(lane)
+                if handle is not group.batch_item:
+                    if handle not in group.running:  # finished (failed) while this was queued
+                        group.busy.discard((handle, lane))
+                        continue
+                    group.running[handle].add(lane)
+                    if self._joins_batch(group, handle, lane):
+                        # stays busy in this lane until it leaves the batch
+                        group.joining.append(handle)
+                        self._queue_batch(group, lane)
+                        continue
+            if handle is group.batch_item:
+                self._batch_step(group, lane, joiners)
+                continue
             final = self._step(group.engine, handle, lane)
             with self._cond:
-                group.busy.discard((handle, lane))
-                lanes = group.running.get(handle)
-                if lanes is None:
-                    continue  # another lane already finished this request
-                lanes.discard(lane)
-                if final is not None and final[0] == ERROR and handle._error is None:
-                    handle._error = final
-                    handle.cancel()  # a lane still inside a step stops at its next check
-                if handle._error is None and final is None and not handle.state.done:
-                    self._queue_ready(group, handle)
-                    if lanes or any(h is handle for h, _ in group.busy):
-                        self._cond.notify_all()
-                        continue
-                    # nothing runs or can run, yet the program is not done: fail, never hang
-                    final = (ERROR, RuntimeError("no lane of this request can run "
-                                                 "(program stalled)"))
-                if lanes:
-                    continue  # the last lane to leave its step reports
-                final = handle._error or final or (DONE, None)
-                del group.running[handle]
-                group.active -= 1
-            handle.state.program.close()
-            # after the request stopped counting as active, so a submitter reacting to the end
-            # sees this engine free
-            handle._emit(*final)
+                final = self._after_step(group, handle, lane, final)
+            if final is not None:
+                self._finish(handle, final)
+
+    def _joins_batch(self, group: _Group, handle: RequestHandle, lane: str) -> bool:
+        """Whether ``handle``'s ``lane`` step goes into the group's decode batch: batching is
+        on, the step is a decode step, and another request decodes (a row, a joiner, or a
+        decode-ready lane): a lone request keeps its own session (condition held)."""
+        if group.batch is None or handle.state.cancel.is_set():
+            return False
+        if not handle.state.program.decode_ready(lane):
+            return False
+        if len(group.batch) + len(group.joining) >= group.batch.cap:
+            return False  # the batch is full: this one steps its own session meanwhile
+        if len(group.batch) or group.joining:
+            return True
+        return any(h is not handle and h.state.program.decode_ready(lane)
+                   for h in group.running)
+
+    def _queue_batch(self, group: _Group, lane: str) -> None:
+        """Queue the batch item unless it is queued or running (condition held)."""
+        if not group.batch_queued:
+            group.batch_queued = True
+            group.ready.append((group.batch_item, lane))
+            self._cond.notify_all()
+
+    def _batch_step(self, group: _Group, lane: str, joiners: list) -> None:
+        """Run one step of the group's decode batch (this worker only) and do the bookkeeping
+        of the requests that left it."""
+        try:
+            left = group.batch.step(joiners, lane)
+        except BaseException as e:  # not expected (the batch reports per row): fail them all
+            left = [(h, (ERROR, e)) for h in group.batch.close() + joiners]
+        finished = []
+        with self._cond:
+            for h, final in left:
+                final = self._after_step(group, h, lane, final)
+                if final is not None:
+                    finished.append((h, final))
+            group.batch_queued = False
+            if len(group.batch) or group.joining:
+                self._queue_batch(group, lane)
+            self._cond.notify_all()
+        for h, final in finished:
+            self._finish(h, final)
+
+    def _after_step(self, group: _Group, handle: RequestHandle, lane: str,
+                    final: tuple | None) -> tuple | None:
+        """The bookkeeping after ``handle``'s ``lane`` step (condition held): queue its ready
+        lanes; returns its final event when the request has finished (the caller then calls
+        :meth:`_finish` without the condition), else None."""
+        group.busy.discard((handle, lane))
+        lanes = group.running.get(handle)
+        if lanes is None:
+            return None  # another lane already finished this request
+        lanes.discard(lane)
+        if final is not None and final[0] == ERROR and handle._error is None:
+            handle._error = final
+            handle.cancel()  # a lane still inside a step stops at its next check
+        if handle._error is None and final is None and not handle.state.done:
+            self._queue_ready(group, handle)
+            if lanes or any(h is handle for h, _ in group.busy):
+                self._cond.notify_all()
+                return None
+            # nothing runs or can run, yet the program is not done: fail, never hang
+            final = (ERROR, RuntimeError("no lane of this request can run "
+                                         "(program stalled)"))
+        if lanes:
+            return None  # the last lane to leave its step reports
+        final = handle._error or final or (DONE, None)
+        del group.running[handle]
+        group.active -= 1
+        return final
+
+    @staticmethod
+    def _finish(handle: RequestHandle, final: tuple) -> None:
+        handle.state.program.close()
+        # after the request stopped counting as active, so a submitter reacting to the end
+        # sees this engine free
+        handle._emit(*final)
 
     @staticmethod
     def _step(engine: Engine, handle: RequestHandle, lane: str) -> tuple | None:

@@ -160,26 +160,56 @@ class CosyVoice1Program(Program):
         self.llm_phase = Phase.DECODE
 
     def _decode_step(self) -> None:
+        emb = self.decode_input()
+        if emb is None:
+            self.decode_leave()
+            return
+        times = StageTimes()
+        with times.measure("llm_decode"):
+            logp = self._session.forward(emb)
+        self.decode_accept(logp, times)
+
+    # ---- batched decode (the scheduler's side: cosyvino.engine.batching) -----------------------
+    def decode_ready(self, lane: str) -> bool:
+        """Whether ``lane``'s next step is a decode step that may run as a batch row."""
+        return lane == LLM and self.llm_phase is Phase.DECODE and self._session is not None
+
+    def decode_session(self):
+        """The prefilled :class:`~.stages.LLMSession` of the segment being decoded (it joins
+        an :class:`~.stages.LLMBatch` as a row)."""
+        return self._session
+
+    def decode_input(self) -> np.ndarray | None:
+        """Sample the next speech token from the last logp with this request's own draws
+        (segment, token index): float32 [1, 1, D], its embedding, for the next LLM position;
+        None when the segment's decoding ends (EOS or max_len; then call
+        :meth:`decode_leave` after taking the session out of any batch)."""
         times = StageTimes()
         with times.measure("llm_sampling"):
             token = self.pipeline.sample_token(
                 self.logp, self.tokens, self.draws.sampling(self.llm_segment, len(self.tokens)),
                 self.min_len)
+        self._add_llm_times(times)
         if token == self.config.llm.eos_token:
-            self._add_llm_times(times)
-            self._end_decoding()
-            return
+            return None
         self.tokens.append(token)
         if len(self.tokens) >= self.max_len:
+            return None
+        return self.stages.embed_speech_tokens(np.array([[token]], dtype=np.int64))
+
+    def decode_accept(self, logp: np.ndarray, times: StageTimes | None = None) -> None:
+        """Take the logp float32 [V+1] of the token :meth:`decode_input` gave (from the
+        session or a batch row) and queue the hops now due."""
+        self.logp = logp
+        if times is not None:
             self._add_llm_times(times)
-            self._end_decoding()
-            return
-        emb = self.stages.embed_speech_tokens(np.array([[token]], dtype=np.int64))
-        with times.measure("llm_decode"):
-            self.logp = self._session.forward(emb)
-        self._add_llm_times(times)
         self._queue_hops(self.llm_segment, self.hops.due(len(self.tokens), finished=False),
                          self.tokens)
+
+    def decode_leave(self) -> None:
+        """End the segment's decoding (after :meth:`decode_input` returned None): close its
+        session, queue the final hops, go on with the next segment (PREFILL) or DONE."""
+        self._end_decoding()
 
     def _end_decoding(self) -> None:
         self._close_session()
