@@ -101,7 +101,10 @@ class _Group:
         self.busy: set = set()  # (handle, lane) queued or being stepped (or a batch row)
         self.running: dict = {}  # handle -> lanes being stepped now
         self.active = 0
-        cap = min(int(llm_batch), int(getattr(engine.stages, "max_llm_batch", 1)))
+        # the stages are asked only when batching is wanted (engines of tests and plugins
+        # may have none)
+        cap = 1 if int(llm_batch) < 2 else min(
+            int(llm_batch), int(getattr(getattr(engine, "stages", None), "max_llm_batch", 1)))
         self.batch = DecodeBatch(engine, cap) if cap >= 2 else None
         self.joining: list = []  # handles waiting to join the batch at its next step
         self.batch_item = _BatchItem()
