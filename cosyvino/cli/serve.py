@@ -61,6 +61,11 @@ def _is_loopback(host: str) -> bool:
 @click.option("--max-sessions", envvar="COSYVINO_MAX_SESSIONS",
               type=click.IntRange(min=1), default=1,
               help="Concurrent synthesis sessions. Default: from the plan, else 1.")
+@click.option("--llm-batch", envvar="COSYVINO_LLM_BATCH", type=click.IntRange(min=1),
+              default=1, show_default=True,
+              help="Most LLM decode steps of concurrent requests one backend call runs "
+                   "(continuous batching, issue 17; needs --max-sessions >= 2; capped by the "
+                   "backend). 1 = off.")
 @click.option("--queue-size", envvar="COSYVINO_QUEUE_SIZE", type=click.IntRange(min=0), default=8,
               help="Requests that may wait for a session; more get 503 + Retry-After. "
                    "Default: from the plan, else 8.")
@@ -118,7 +123,7 @@ def _is_loopback(host: str) -> bool:
                    "table (docs/server.md, 'Voice aliases').")
 @click.pass_context
 def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend, threads,
-          max_sessions, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
+          max_sessions, llm_batch, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
           cache_memory_mb, cache_disk_mb, voices_dir, max_upload_mb, num_speech_tokens,
           no_warmup, log_level, log_format, shutdown_delay, cors_origins, voice_aliases):
     """Serve speech over HTTP: OpenAI /v1/audio/speech and CosyVoice /inference_sft.
@@ -163,7 +168,8 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
             voices_dir=voices_dir, max_upload_bytes=int(max_upload_mb * (1 << 20)),
             num_speech_tokens=num_speech_tokens, warmup=not no_warmup, source=source,
             shutdown_delay=shutdown_delay, log_format=log_format, cors_origins=cors_origins,
-            voice_aliases=parse_aliases(voice_aliases), **settings).validate()
+            voice_aliases=parse_aliases(voice_aliases), llm_batch=llm_batch,
+            **settings).validate()
     except CosyvinoError as e:
         say("error", str(e))
         sys.exit(2)

@@ -26,6 +26,9 @@ class ServerConfig:
     max_sessions: int = 1
     #: requests allowed to wait for a session; one more gets 503 + Retry-After
     queue_size: int = 8
+    #: most LLM decode steps of concurrent requests in one backend call (1 = no batching;
+    #: :class:`cosyvino.engine.Scheduler` ``llm_batch``)
+    llm_batch: int = 1
     #: seconds from arrival to the last byte (queue wait included); then the work is cancelled
     request_timeout: float = 120.0
     api_key: str | None = None
@@ -66,6 +69,9 @@ class ServerConfig:
     def validate(self) -> "ServerConfig":
         if self.max_sessions < 1:
             raise InputError(f"max sessions must be >= 1, got {self.max_sessions}")
+        if isinstance(self.llm_batch, bool) or not isinstance(self.llm_batch, int) or \
+                self.llm_batch < 1:
+            raise InputError(f"llm batch must be an integer >= 1, got {self.llm_batch!r}")
         if self.queue_size < 0:
             raise InputError(f"queue size must be >= 0, got {self.queue_size}")
         if not self.request_timeout > 0:

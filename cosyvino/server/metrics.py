@@ -58,6 +58,12 @@ class Metrics:
                               "(--max-sessions)", registry=r)
         self.capacity = Gauge("cosyvino_capacity_utilization", "(running + queued requests) "
                               "/ sessions; above 1 requests wait for a session", registry=r)
+        self.llm_batch_rows = Gauge("cosyvino_llm_batch_rows", "Requests in the batched LLM "
+                                    "decode step now (0 = none or batching off)", registry=r)
+        self.llm_batch_mean_rows = Gauge("cosyvino_llm_batch_mean_rows", "Mean rows per "
+                                         "batched LLM decode step so far", registry=r)
+        self.llm_batch_steps = Gauge("cosyvino_llm_batch_steps", "Batched LLM decode steps "
+                                     "so far", registry=r)
         self.build_info = Gauge("cosyvino_build_info", "Always 1; the labels say what runs",
                                 ["version", "backend"], registry=r)
         ProcessCollector(registry=r)
@@ -69,6 +75,18 @@ class Metrics:
         ``cosyvino_sessions``."""
         self.sessions.set(sessions)
         self.capacity.set_function(lambda: admitted() / sessions)
+
+    def track_batching(self, stats) -> None:
+        """Compute the ``cosyvino_llm_batch_*`` gauges at each scrape from ``stats()``: the
+        scheduler's :meth:`~cosyvino.engine.Scheduler.batch_stats` (a list, one entry per
+        engine, None where it does not batch), or [] before the model is loaded."""
+        def total(key, combine=sum):
+            values = [s[key] for s in stats() if s]
+            return combine(values) if values else 0
+
+        self.llm_batch_rows.set_function(lambda: total("rows"))
+        self.llm_batch_steps.set_function(lambda: total("steps"))
+        self.llm_batch_mean_rows.set_function(lambda: total("mean_rows", max))
 
 
 #: endpoint label values (anything else is "other": bounded label cardinality)

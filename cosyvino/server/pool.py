@@ -289,7 +289,8 @@ class SynthesisPool:
         try:
             if not self.synths:
                 self.synths = self._load_synthesizers()
-            self.scheduler = Scheduler(self.engines(), name="cosyvino-synth")
+            self.scheduler = Scheduler(self.engines(), name="cosyvino-synth",
+                                       llm_batch=self.config.llm_batch)
             if self.config.warmup:
                 start = time.perf_counter()
                 s = self.synths[0]

@@ -67,6 +67,8 @@ class AppState:
         self.on_load_failed = None
         self.stopping = False
         self.metrics.track_capacity(lambda: self.pool.admitted, self.config.max_sessions)
+        self.metrics.track_batching(lambda: [] if self.pool.scheduler is None
+                                    else self.pool.scheduler.batch_stats)
         self.metrics.build_info.labels(__version__, self.config.backend).set(1)
 
     @property
