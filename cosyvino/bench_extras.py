@@ -37,27 +37,26 @@ def fma_peak_gflops(flags, vendor: str, mhz: float | None, cores: int) -> tuple[
     return cores * mhz / 1e3 * per, f"{isa}: {cores} x {mhz / 1e3:.1f} GHz x {per} FLOP/cycle"
 
 
-def cpu_clock_mhz(root: str = "/") -> float | None:
-    """The first "cpu MHz" of ``/proc/cpuinfo`` (None when absent)."""
+def cpuinfo_field(name: str, root: str = "/") -> str | None:
+    """The first value of ``name`` ("cpu MHz", "vendor_id", ...) in ``/proc/cpuinfo``, or
+    None when absent or unreadable."""
     try:
         with open(os.path.join(root, "proc/cpuinfo"), encoding="utf-8") as f:
             for line in f:
-                if line.startswith("cpu MHz"):
-                    return float(line.split(":", 1)[1])
-    except (OSError, ValueError):
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == name:
+                    return value.strip()
+    except OSError:
         pass
     return None
 
 
-def cpu_vendor(root: str = "/") -> str:
+def cpu_clock_mhz(root: str = "/") -> float | None:
+    """The first "cpu MHz" of ``/proc/cpuinfo`` (None when absent)."""
     try:
-        with open(os.path.join(root, "proc/cpuinfo"), encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+        return float(cpuinfo_field("cpu MHz", root))
+    except (TypeError, ValueError):
+        return None
 
 
 def estimator_gflop(config, frames: int) -> float | None:

@@ -78,3 +78,15 @@ def test_busy_neighbour_runs_and_stops():
         assert cpu in os.sched_getaffinity(0)
         assert kids[0].cpu_affinity() == [cpu]
     assert not kids[0].is_running() or kids[0].status() == psutil.STATUS_ZOMBIE
+
+
+def test_cpuinfo_fields(tmp_path):
+    from cosyvino.bench_extras import cpu_clock_mhz, cpuinfo_field
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu MHz\t\t: 2450.000\n", encoding="utf-8")
+    assert cpuinfo_field("vendor_id", str(tmp_path)) == "AuthenticAMD"
+    assert cpu_clock_mhz(str(tmp_path)) == 2450.0
+    assert cpuinfo_field("flags", str(tmp_path)) is None
+    assert cpu_clock_mhz(str(tmp_path / "nowhere")) is None

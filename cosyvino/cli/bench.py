@@ -268,7 +268,8 @@ def _served_plan(model_dir: str):
 def _estimator_peak(config, tokens: int, probe, results) -> dict | None:
     """FLOP of one estimator call at the bench's frame count (torch needed to count them) and
     the fp32 FMA peak of the threads the backends ran with (:mod:`cosyvino.bench_extras`)."""
-    from cosyvino.bench_extras import cpu_clock_mhz, cpu_vendor, estimator_gflop, fma_peak_gflops
+    from cosyvino.bench_extras import (cpu_clock_mhz, cpuinfo_field, estimator_gflop,
+                                       fma_peak_gflops)
     from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
 
     frames = mel_frames_for_tokens(tokens)
@@ -277,6 +278,7 @@ def _estimator_peak(config, tokens: int, probe, results) -> dict | None:
         return None
     used = [r.get("threads") for r in results if "mean" in r]
     cores = max([t for t in used if t] or [os.cpu_count() or 1])
-    peak, desc = fma_peak_gflops(getattr(probe, "flags", ()), cpu_vendor(), cpu_clock_mhz(),
+    peak, desc = fma_peak_gflops(getattr(probe, "flags", ()), cpuinfo_field("vendor_id") or "",
+                                 cpu_clock_mhz(),
                                  cores)
     return {"frames": frames, "gflop_per_call": gflop, "peak_gflops": peak, "peak": desc}
