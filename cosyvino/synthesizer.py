@@ -84,7 +84,7 @@ class Synthesizer:
             the LLM decodes the next tokens while the flow/vocoder turn the due hop into
             audio; one extra worker thread). False runs them one after the other (same audio).
         llm_batch: most LLM decode steps of concurrent :meth:`submit` requests one backend call
-            runs (issue 17; capped at the stages' ``max_llm_batch``). 1 (default) = off: each
+            runs (continuous batching; capped at the stages' ``max_llm_batch``). 1 (default) = off: each
             request decodes in its own session. A request's tokens and audio are the same for
             its seed either way (docs/architecture.md, "Batching across requests").
         voices_dir: where registered voices are kept (:mod:`cosyvino.voice_store`; one file

@@ -230,3 +230,15 @@ def test_serve_metrics_auth_flag(captured, tmp_path, monkeypatch):
     assert config.metrics_auth is True and config.drain_seconds == 7.0
     r = CliRunner().invoke(main, ["serve", "--no-cache"], env={"COSYVINO_API_KEY": ""})
     assert captured[-1][0].metrics_auth is False and captured[-1][0].drain_seconds == 120.0
+
+
+def test_llm_batch_without_concurrency_is_reported(captured, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COSYVINO_PLAN", raising=False)
+    r = CliRunner().invoke(main, ["serve", "--llm-batch", "2", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert "--llm-batch 2 has no effect with 1 session" in r.output
+    assert captured[-1][0].llm_batch == 2
+    r = CliRunner().invoke(main, ["serve", "--llm-batch", "2", "--max-sessions", "2",
+                                  "--no-cache"])
+    assert r.exit_code == 0 and "no effect" not in r.output

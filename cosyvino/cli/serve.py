@@ -64,7 +64,7 @@ def _is_loopback(host: str) -> bool:
 @click.option("--llm-batch", envvar="COSYVINO_LLM_BATCH", type=click.IntRange(min=1),
               default=1, show_default=True,
               help="Most LLM decode steps of concurrent requests one backend call runs "
-                   "(continuous batching, issue 17; needs --max-sessions >= 2; capped by the "
+                   "(continuous batching; needs --max-sessions >= 2; capped by the "
                    "backend). 1 = off.")
 @click.option("--queue-size", envvar="COSYVINO_QUEUE_SIZE", type=click.IntRange(min=0), default=8,
               help="Requests that may wait for a session; more get 503 + Retry-After. "
@@ -173,6 +173,9 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
     except CosyvinoError as e:
         say("error", str(e))
         sys.exit(2)
+    if config.llm_batch > 1 and config.max_sessions < 2:
+        say("warning", f"--llm-batch {config.llm_batch} has no effect with {config.max_sessions} "
+            "session: batching needs concurrent requests (--max-sessions >= 2)")
     if not _is_loopback(host) and not config.api_key:
         say("warning", f"listening on {host} without --api-key: anyone who can reach this "
             "port can use the server")
