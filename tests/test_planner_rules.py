@@ -27,6 +27,9 @@ def _check_invariants(plan, probe):
         assert plan.total_threads <= max(1, int(probe.cpu_quota))
     assert plan.backend_options["num_threads"] == plan.total_threads
     assert plan.max_sessions >= 1 and plan.queue_size >= 2
+    assert plan.llm_batch >= 1
+    if plan.decision("max_sessions")["reason"].startswith(f"{plan.streams} stream(s) x"):
+        assert plan.max_sessions == plan.streams * plan.llm_batch
     assert all(d["reason"] for d in plan.decisions)
 
 
@@ -38,7 +41,8 @@ def test_this_machine_openvino_with_irs(tmp_path):
     assert plan.backend == "openvino" and "IRs found" in _reason(plan, "backend")
     assert (plan.streams, plan.threads_per_stream, plan.total_threads) == (1, 2, 2)
     assert plan.pinning is True
-    assert (plan.max_sessions, plan.queue_size) == (1, 2)
+    # one stream; 2 requests share its decode steps (the estimated 2-row step ~1.17x a lone one)
+    assert (plan.llm_batch, plan.max_sessions, plan.queue_size) == (2, 2, 4)
     assert plan.backend_options == {"num_threads": 2, "num_streams": 1,
                                     "performance_hint": "LATENCY", "cpu_pinning": True,
                                     "precision": "f32", "kv_cache_precision": "f32",
@@ -69,7 +73,7 @@ def test_this_machine_throughput(tmp_path):
     plan = make_plan(p, goal="throughput")
     _check_invariants(plan, p)
     assert (plan.streams, plan.threads_per_stream) == (2, 1)
-    assert plan.max_sessions == 2 and plan.queue_size == 16
+    assert (plan.llm_batch, plan.max_sessions, plan.queue_size) == (4, 8, 64)
     assert plan.backend_options["performance_hint"] == "THROUGHPUT"
 
 
@@ -77,7 +81,8 @@ def test_taskset_c0_uses_one_thread(tmp_path):
     p = _probe(trees.this_machine, tmp_path, affinity=[0])
     for goal in ("latency", "throughput"):
         plan = make_plan(p, goal=goal)
-        assert plan.total_threads == 1 and plan.max_sessions == 1
+        assert plan.total_threads == 1 and plan.streams == 1
+        assert plan.max_sessions == plan.llm_batch
         assert plan.backend_options["num_threads"] == 1
 
 
@@ -90,7 +95,7 @@ def test_xeon_latency(tmp_path):
     assert plan.decision("thread_budget")["value"] == 112
     assert plan.threads_per_stream == 16
     assert plan.streams == 6                      # 3 x 16-thread streams per 56-core node
-    assert plan.pinning is True and plan.max_sessions == 6
+    assert plan.pinning is True and (plan.llm_batch, plan.max_sessions) == (4, 24)
     assert plan.backend_options["properties"] == {"ENABLE_HYPER_THREADING": False}
     assert "AMX" in _reason(plan, "compute_precision")
 
@@ -100,7 +105,7 @@ def test_xeon_throughput(tmp_path):
     plan = make_plan(p, goal="throughput")
     _check_invariants(plan, p)
     assert (plan.streams, plan.threads_per_stream) == (28, 4)
-    assert plan.max_sessions == 28 and plan.queue_size == 224
+    assert (plan.llm_batch, plan.max_sessions, plan.queue_size) == (4, 112, 896)
 
 
 def test_xeon_int8_irs(tmp_path):

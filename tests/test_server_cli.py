@@ -40,8 +40,27 @@ def captured(monkeypatch):
 
 def test_settings_from_plan(plan_file, tiny_model_dir):
     got = settings_from_plan(plan_file)
+    # a plan without llm_batch (written before the batch dimension) means batch 1
     assert got == {"model_dir": tiny_model_dir, "backend": "torch", "max_sessions": 2,
-                   "queue_size": 3, "threads": 1}
+                   "queue_size": 3, "threads": 1, "llm_batch": 1}
+
+
+def test_serve_takes_the_plans_llm_batch_unless_given(plan_file, captured, monkeypatch):
+    with open(plan_file, encoding="utf-8") as f:
+        text = f.read()
+    with open(plan_file, "w", encoding="utf-8") as f:
+        f.write(text.replace("max_sessions = 2\n", "max_sessions = 2\nllm_batch = 2\n"))
+    monkeypatch.delenv("COSYVINO_LLM_BATCH", raising=False)
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][0].llm_batch == 2 and "llm_batch=2" in r.output
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--llm-batch", "1", "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][0].llm_batch == 1
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"],
+                           env={"COSYVINO_LLM_BATCH": "3"})
+    assert r.exit_code == 0, r.output
+    assert captured[-1][0].llm_batch == 3
 
 
 def test_serve_uses_the_plan_and_flags_override_it(plan_file, captured, tiny_model_dir):

@@ -62,10 +62,10 @@ def _is_loopback(host: str) -> bool:
               type=click.IntRange(min=1), default=1,
               help="Concurrent synthesis sessions. Default: from the plan, else 1.")
 @click.option("--llm-batch", envvar="COSYVINO_LLM_BATCH", type=click.IntRange(min=1),
-              default=1, show_default=True,
+              default=1,
               help="Most LLM decode steps of concurrent requests one backend call runs "
                    "(continuous batching; needs --max-sessions >= 2; capped by the "
-                   "backend). 1 = off.")
+                   "backend). 1 = off. Default: from the plan, else 1.")
 @click.option("--queue-size", envvar="COSYVINO_QUEUE_SIZE", type=click.IntRange(min=0), default=8,
               help="Requests that may wait for a session; more get 503 + Retry-After. "
                    "Default: from the plan, else 8.")
@@ -157,7 +157,8 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
     try:
         settings, source, notes = merge_plan(
             ctx, {"model_dir": model_dir, "backend": backend, "threads": threads,
-                  "max_sessions": max_sessions, "queue_size": queue_size}, plan_path)
+                  "max_sessions": max_sessions, "queue_size": queue_size,
+                  "llm_batch": llm_batch}, plan_path)
         for note in notes:
             say("warning", note)
         config = ServerConfig(
@@ -168,8 +169,7 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
             voices_dir=voices_dir, max_upload_bytes=int(max_upload_mb * (1 << 20)),
             num_speech_tokens=num_speech_tokens, warmup=not no_warmup, source=source,
             shutdown_delay=shutdown_delay, log_format=log_format, cors_origins=cors_origins,
-            voice_aliases=parse_aliases(voice_aliases), llm_batch=llm_batch,
-            **settings).validate()
+            voice_aliases=parse_aliases(voice_aliases), **settings).validate()
     except CosyvinoError as e:
         say("error", str(e))
         sys.exit(2)
@@ -180,8 +180,8 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
         say("warning", f"listening on {host} without --api-key: anyone who can reach this "
             "port can use the server")
     say("info", f"cosyvino serve: http://{host}:{port} backend={config.backend} "
-        f"sessions={config.max_sessions} queue={config.queue_size} "
-        f"threads={config.threads or 'default'} ({source})")
+        f"sessions={config.max_sessions} llm_batch={config.llm_batch} "
+        f"queue={config.queue_size} threads={config.threads or 'default'} ({source})")
     try:
         run(config, host, port, log_level=log_level)
     except ModelLoadFailed as e:

@@ -220,6 +220,23 @@ class Mode:
     needs_source_audio: bool = False
 
 
+@dataclass(frozen=True)
+class DecodeProfile:
+    """Per-token work of a family's LLM decode step, from its config (no weights read).
+
+    Attributes:
+        params: weights one step multiplies with (decoder blocks + output head), count.
+        kv_bytes_per_position: bytes of K and V cache one cached position holds, all layers,
+            at the cache's dtype (fp32 caches: ``2 * layers * d_model * 4``).
+        typical_positions: cached positions of a typical request mid-decode (prompt +
+            speech tokens so far), used to price a row's cache reads.
+    """
+
+    params: int
+    kv_bytes_per_position: int
+    typical_positions: int
+
+
 class ModelFamily(abc.ABC):
     """A model family: registered through the ``register_families`` hook
     (:mod:`cosyvino.hookspecs`), looked up with :func:`cosyvino.families.detect_family` /
@@ -365,6 +382,14 @@ class ModelFamily(abc.ABC):
     def speech_vocab(cls, config) -> int | None:
         """Number of speech tokens of the model (``SynthesisRequest.speech_tokens`` must be
         below it); None = not checked."""
+        return None
+
+    @classmethod
+    def decode_profile(cls, config) -> "DecodeProfile | None":
+        """What one autoregressive decode step of the family's LLM touches per generated token
+        (:class:`DecodeProfile`), for the planner's batch-size estimate
+        (:mod:`cosyvino.planner.batching`); None = the family has no token decoder, the
+        planner then does not batch."""
         return None
 
     @classmethod

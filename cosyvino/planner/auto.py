@@ -93,12 +93,15 @@ def _lost_int8_dot_products(plan: Plan, now) -> str:
 
 
 def synthesizer_from_plan(cls, model_dir: str | None, plan: Plan):
-    """``cls(model_dir, backend=plan.backend, **plan.backend_options)``; when the backend
+    """``cls(model_dir, backend=plan.backend, **plan.backend_options, llm_batch=plan.llm_batch)``
+    (``llm_batch`` only when > 1); when the backend
     rejects an option (older/newer plugin), retries with ``num_threads`` only and warns."""
     if model_dir is None and plan.model_dir and os.path.isfile(
             os.path.join(plan.model_dir, "cosyvoice.yaml")):
         model_dir = plan.model_dir
     opts = dict(plan.backend_options)
+    if getattr(plan, "llm_batch", 1) > 1:
+        opts["llm_batch"] = plan.llm_batch
     try:
         synth = cls(model_dir, backend=plan.backend, **opts)
     except BackendError as e:

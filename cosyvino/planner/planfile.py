@@ -37,8 +37,10 @@ class Plan:
 
     * ``backend`` and ``backend_options`` -> ``Synthesizer(model_dir, backend=plan.backend,
       **plan.backend_options)`` (``backend_options["num_threads"]`` is the total CPU threads);
-    * ``max_sessions`` (concurrent syntheses; one OpenVINO stream each) and ``queue_size``
-      (requests waiting beyond that before the server answers 503);
+    * ``max_sessions`` (concurrent syntheses) and ``queue_size`` (requests waiting beyond that
+      before the server answers 503);
+    * ``llm_batch`` (decode rows of concurrent requests one batched LLM step advances per
+      stream; 1 = no batching) -> ``Synthesizer(llm_batch=)``, ``cosyvino serve --llm-batch``;
     * :meth:`check_machine` -> warnings when the machine no longer matches the probe.
 
     ``decisions`` is a list of {name, value, reason}; ``probe`` the :class:`Probe` snapshot as a
@@ -52,6 +54,7 @@ class Plan:
     pinning: bool
     max_sessions: int
     queue_size: int
+    llm_batch: int = 1
     goal: str = "latency"
     model_dir: str = ""
     precision: dict = field(default_factory=dict)

@@ -527,6 +527,60 @@ def _overlap_stages(backend: str, caps: Capabilities, tps: int, log: _Log) -> bo
                       "(docs/performance.md, 'Token-level streaming')")
 
 
+def _llm_batch(probe: Probe, backend: str, caps: Capabilities, goal: str, streams: int,
+               tps: int, prec: dict, model_dir: str | None, tuned: dict | None,
+               override: int | None, log: _Log) -> int:
+    """Decode rows one batched LLM step advances per stream (:mod:`.batching`)."""
+    from .batching import choose_llm_batch, estimate_step_cost, fit_step_cost
+
+    if override is not None:
+        if override < 1:
+            raise PlanError(f"--llm-batch must be >= 1, got {override}")
+        if override > 1 and caps.max_llm_batch < override:
+            log.warnings.append(f"--llm-batch {override}: {backend} batches at most "
+                                f"{caps.max_llm_batch} rows; the scheduler caps it there")
+        return log.decide("llm_batch", override, "set by --llm-batch (override)")
+    if caps.max_llm_batch <= 1:
+        return log.decide("llm_batch", 1, f"{backend} cannot batch decode steps (max_llm_batch "
+                          "1): each request's step reads the weights itself")
+    profile, src = _decode_profile(model_dir)
+    if profile is None:
+        return log.decide("llm_batch", 1, f"{src}: nothing to batch")
+    cost = None
+    steps = (tuned or {}).get("llm_batch_steps")
+    if steps:
+        try:
+            cost = fit_step_cost(steps)
+        except ValueError as e:
+            log.warnings.append(f"--tune llm_batch_steps unusable ({e}): estimated instead")
+    if cost is None:
+        weights = prec.get("llm_weights") or caps.weight_precisions.get("llm", "fp32")
+        if weights == "fp32" and prec.get("llm") == "bf16":
+            weights = "bf16"
+        sockets = max(1, probe.sockets)
+        cost = estimate_step_cost(profile, weights, tps, probe.flags, probe.cpu_model,
+                                  streams_per_socket=max(1, -(-streams // sockets)),
+                                  kv_cache=prec.get("kv_cache", "f32"))
+    batch, why = choose_llm_batch(cost, goal, caps.max_llm_batch)
+    return log.decide("llm_batch", batch, f"{why} ({src})" if src else why)
+
+
+def _decode_profile(model_dir: str | None):
+    """(the model's decode profile or None, a note on where it came from)."""
+    from .batching import DEFAULT_PROFILE
+
+    try:
+        from ..families import detect_family
+
+        family = detect_family(model_dir)
+        profile = family.decode_profile(family.read_config(model_dir))
+    except Exception:  # model not on disk yet (or unreadable): the 300M default
+        return DEFAULT_PROFILE, "model config not readable: CosyVoice-300M's decoder assumed"
+    if profile is None:
+        return None, f"family {family.name} has no token decoder"
+    return profile, ""
+
+
 def _reference_estimate(probe: Probe, model_dir: str | None, caps: dict[str, Capabilities],
                         classes: dict) -> tuple[str, Capabilities] | None:
     """(name, capabilities) of the first reference backend with a resident-memory estimate
@@ -591,7 +645,8 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
               streams: int | None = None, pinning: bool | None = None,
               sessions: int | None = None, queue: int | None = None,
               precision: str | None = None, shared_host: bool = False,
-              memory_limit: int | None = None, tuned: dict | None = None) -> Plan:
+              memory_limit: int | None = None, tuned: dict | None = None,
+              llm_batch: int | None = None) -> Plan:
     """Decide backend, threads, streams, pinning, precision, sessions and queue for ``probe``.
 
     Args:
@@ -602,7 +657,9 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
         backend/threads/streams/pinning/sessions/queue/precision/shared_host/memory_limit:
             overrides, each recorded as the reason of its decision (see docs/planner.md).
             ``threads`` is the total; ``precision`` the compute precision (fp32/bf16).
-        tuned: measured facts from :mod:`cosyvino.planner.tune` (e.g. estimator_bf16_faster).
+        tuned: measured facts from :mod:`cosyvino.planner.tune` (e.g. estimator_bf16_faster,
+            llm_batch_steps).
+        llm_batch: override of the decode batch (:mod:`cosyvino.planner.batching`).
 
     Raises:
         PlanError: unknown goal/backend, no usable backend, not enough memory.
@@ -634,8 +691,16 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     prec = _precision(probe, be, cap, tuned, precision, log)
     _quantized_accuracy(probe, _served_dir(probe, cap), prec, log)
 
+    batch = _llm_batch(probe, be, cap, goal, n_streams, tps, prec, inv_dir, tuned, llm_batch,
+                       log)
     if sessions is not None:
         max_sessions = log.decide("max_sessions", sessions, "set by --sessions (override)")
+    elif batch > 1:
+        max_sessions = log.decide(
+            "max_sessions", n_streams * batch,
+            f"{n_streams} stream(s) x llm_batch {batch}: that many requests decode together in "
+            "one batched step per stream (one weight read for all their tokens); their "
+            "flow/vocoder hops time-share the stream")
     elif cap.streams:
         max_sessions = log.decide("max_sessions", n_streams,
                                   f"one concurrent synthesis per {be} stream (more would "
@@ -646,6 +711,15 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     reference = None if cap.resident_bytes else _reference_estimate(probe, inv_dir, caps,
                                                                     classes)
     max_sessions, mem = _memory(probe, be, cap, reference, max_sessions, memory_limit, log)
+    if batch > max(1, max_sessions // n_streams):
+        batch = log.decide("llm_batch_capped", max(1, max_sessions // n_streams),
+                           f"{max_sessions} session(s) on {n_streams} stream(s) (see "
+                           "max_sessions / memory) leave at most that many rows per batch")
+    log.decide("llm_batch_window_ms", 0,
+               "continuous batching: a request joins the running batch at the next decode step "
+               "after its own prefill and leaves at its end, so no step waits for company "
+               "(a window would add its wait to every token of a lone request)"
+               if batch > 1 else "no batching")
     if queue is not None:
         queue_size = log.decide("queue_size", queue, "set by --queue (override)")
     else:
@@ -673,7 +747,8 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     plan = Plan(
         backend=be, goal=goal, model_dir=serve_dir, backend_options=options,
         streams=n_streams, threads_per_stream=tps, pinning=pin,
-        max_sessions=max_sessions, queue_size=queue_size, precision=prec, memory=mem,
+        max_sessions=max_sessions, queue_size=queue_size, llm_batch=batch, precision=prec,
+        memory=mem,
         decisions=log.decisions, warnings=log.warnings, probe=probe.to_dict(),
         tuning=dict(tuned or {}), version=PLAN_VERSION,
         created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -5,6 +5,10 @@ The candidates are thread counts for every backend plus what the plan's backend 
 (:meth:`cosyvino.backends.Backend.tuning_candidates`). The synthesizer class is a parameter:
 the planner does not import :mod:`cosyvino.synthesizer` (which imports the planner).
 
+The plan's own configuration also times batched LLM decode steps of 1-8 rows
+(:func:`measure_llm_batch_steps`), which the planner's ``llm_batch`` decision then uses
+instead of its estimate (:mod:`cosyvino.planner.batching`).
+
 Each candidate loads the model, runs one warm-up synthesis (compilation, caches), then timed
 syntheses of a short sentence with a forced number of speech tokens (same seed, same work for
 every candidate) until its share of the time budget is used. Score: median wall seconds per
@@ -68,8 +72,58 @@ def candidates(plan: Plan, probe: Probe) -> list[dict]:
     return out[:MAX_CANDIDATES]
 
 
+#: batch sizes whose decode step ``--tune`` times (capped by the stages' ``max_llm_batch``)
+BATCH_ROWS = (1, 2, 4, 8)
+#: cached positions per row when timing batched steps (prefill length; the rows differ by 7
+#: positions each, so the batch is left-padded as in serving)
+BATCH_PREFIX = 150
+BATCH_STEPS = 5
+
+
+def measure_llm_batch_steps(stages, rows=BATCH_ROWS, prefix: int = BATCH_PREFIX,
+                            steps: int = BATCH_STEPS) -> dict[int, float]:
+    """Median ms per batched LLM decode step for each batch size in ``rows`` on loaded
+    ``stages`` (the family's ``new_llm_session`` / ``new_llm_batch`` /
+    ``embed_speech_tokens``): every row prefills its own session with ``prefix - 7 r``
+    speech-token embeddings, joins one batch, then ``steps`` timed steps follow one warm-up
+    step. {} when the stages cannot batch. Sizes above ``max_llm_batch`` are skipped."""
+    import numpy as np
+
+    cap = int(getattr(stages, "max_llm_batch", 1))
+    if cap < 2 or not hasattr(stages, "new_llm_batch"):
+        return {}
+    out: dict[int, float] = {}
+    for b in (r for r in rows if r <= cap):
+        sessions, batch = [], stages.new_llm_batch()
+        try:
+            for r in range(b):
+                n = max(2, prefix - 7 * r)
+                s = stages.new_llm_session()
+                sessions.append(s)
+                s.forward(stages.embed_speech_tokens(
+                    (np.arange(n, dtype=np.int64) % 97).reshape(1, -1)))
+                batch.add(s)
+            emb = stages.embed_speech_tokens(np.full((b, 1), 5, np.int64))
+            batch.step(emb)
+            times = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                batch.step(emb)
+                times.append((time.perf_counter() - t0) * 1e3)
+            out[b] = round(statistics.median(times), 3)
+        finally:
+            for row in range(len(sessions) - 1, -1, -1):
+                try:
+                    batch.remove(row)
+                except Exception:  # a row that never joined: nothing to take out
+                    pass
+            for s in sessions:
+                s.close()
+    return out
+
+
 def _measure(synthesizer, cand: dict, model_dir: str | None, tokens: int, deadline: float,
-             slice_s: float) -> dict:
+             slice_s: float, batch_steps: bool = False) -> dict:
     res = {k: cand[k] for k in ("label", "backend", "options", "streams")}
     t0 = time.perf_counter()
     synth = synthesizer(model_dir, backend=cand["backend"], **cand["options"])
@@ -89,6 +143,12 @@ def _measure(synthesizer, cand: dict, model_dir: str | None, tokens: int, deadli
         wall = statistics.median(walls)
         res.update(wall_s=round(wall, 4), runs=len(walls), audio_s=round(audio_s, 3),
                    rtf=round(wall / audio_s, 4) if audio_s else None, status="ok")
+        if batch_steps:  # part of the first candidate, which always runs (a few steps)
+            try:
+                res["llm_batch_steps"] = {str(k): v for k, v in
+                                          measure_llm_batch_steps(synth.stages).items()}
+            except Exception as e:  # a failed batch measurement leaves the estimate in charge
+                res["llm_batch_steps_error"] = f"{type(e).__name__}: {e}"
     finally:
         synth.stages.close()
         del synth
@@ -104,8 +164,9 @@ def tune(plan: Plan, probe: Probe, model_dir: str | None, *, synthesizer,
     ``synthesizer`` is the class (or factory) to measure with, called as
     ``synthesizer(model_dir, backend=NAME, **options)``: :class:`cosyvino.Synthesizer`.
 
-    Returns the ``tuning`` record: {seconds, tokens, goal, candidates: [...], best, best_index,
-    bf16_faster}. ``best`` is None when nothing could be measured.
+    Returns the ``tuning`` record: {seconds, tokens, llm_batch_steps ({rows: ms per batched
+    decode step} of the plan's configuration, :func:`measure_llm_batch_steps`; keys are strings
+    for TOML), goal, candidates: [...], best, best_index, bf16_faster}. ``best`` is None when nothing could be measured.
     """
     say = say or (lambda m: None)
     cands = candidates(plan, probe)
@@ -123,7 +184,8 @@ def tune(plan: Plan, probe: Probe, model_dir: str | None, *, synthesizer,
             continue
         say(f"tune {i + 1}/{len(cands)}: {cand['label']}")
         try:
-            r = _measure(synthesizer, cand, model_dir, tokens, deadline, slice_s)
+            r = _measure(synthesizer, cand, model_dir, tokens, deadline, slice_s,
+                         batch_steps=(i == 0))
         except Exception as e:  # a failing candidate is a result, not a crash
             r = {k: cand[k] for k in ("label", "backend", "options", "streams")}
             r["status"] = f"failed: {type(e).__name__}: {e}"
@@ -141,7 +203,9 @@ def tune(plan: Plan, probe: Probe, model_dir: str | None, *, synthesizer,
     best_i = min(ok)[1] if ok else None
     f32 = next((r for r in results if r.get("label") == "plan" and r.get("status") == "ok"), None)
     b16 = next((r for r in results if r.get("bf16") and r.get("status") == "ok"), None)
+    steps = results[0].get("llm_batch_steps") if results else None
     return {"seconds": round(time.perf_counter() - start, 2), "tokens": tokens,
+            "llm_batch_steps": dict(steps or {}),
             "goal": plan.goal, "candidates": results,
             "best": results[best_i]["label"] if best_i is not None else None,
             "best_index": best_i,
@@ -152,7 +216,7 @@ def tune(plan: Plan, probe: Probe, model_dir: str | None, *, synthesizer,
 _DECISIONS_OF = {"threads": ("threads_override",), "pinning": ("pinning",),
                  "streams": ("streams", "threads_per_stream"),
                  "precision": ("compute_precision",), "sessions": ("max_sessions",),
-                 "queue": ("queue_size",)}
+                 "queue": ("queue_size",), "llm_batch": ("llm_batch",)}
 
 
 def apply_tuning(plan: Plan, probe: Probe, model_dir: str | None, tuning: dict,

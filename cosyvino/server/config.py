@@ -109,6 +109,7 @@ _PLAN_KEYS = {
     "threads": ("threads", "num_threads"),
     "max_sessions": ("max_sessions", "max_concurrent_sessions", "sessions", "workers"),
     "queue_size": ("queue_size", "queue", "queue_length", "max_queue"),
+    "llm_batch": ("llm_batch",),
 }
 
 
@@ -140,7 +141,8 @@ def settings_from_plan(path: str) -> dict:
     Uses ``cosyvino.planner.load_plan(path)`` when the planner is installed (it validates the
     plan and warns when the machine no longer matches); otherwise reads the TOML/JSON file
     directly. Either way the result is mapped through :data:`_PLAN_KEYS` to ``model_dir``,
-    ``backend``, ``threads``, ``max_sessions``, ``queue_size`` and ``backend_options`` (the
+    ``backend``, ``threads``, ``max_sessions``, ``queue_size``, ``llm_batch`` and
+    ``backend_options`` (the
     plan's ``[backend_options]`` less ``num_threads``, which becomes ``threads``); keys the plan
     lacks are left to the flags.
     """

@@ -11,10 +11,14 @@ import os
 
 from cosyvino.hookspecs import hookimpl
 
-from ..base import GraphTable, ModelFamily
+from ..base import DecodeProfile, GraphTable, ModelFamily
 
 #: official checkpoint files a conversion is made from (recorded by hash in manifests)
 SOURCE_FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt")
+
+#: cached positions of a typical request mid-decode: a 5 s segment ends at ~50 prompt/text
+#: positions + 250 speech tokens (50 Hz, architecture sheet section 3)
+TYPICAL_DECODE_POSITIONS = 300
 
 
 class CosyVoice1(ModelFamily):
@@ -100,6 +104,18 @@ class CosyVoice1(ModelFamily):
     @classmethod
     def speech_vocab(cls, config) -> int:
         return config.flow.vocab_size
+
+    @classmethod
+    def decode_profile(cls, config) -> DecodeProfile:
+        """The TransformerLM decoder of ``config.llm`` (architecture sheet 3.2): per block the
+        q/k/v/out projections (4 d^2), the relative-position projection (d^2) and the FFN
+        (2 d F), plus the speech-token head (d x (speech_token_size + 1)); fp32 K/V caches."""
+        enc = config.llm.llm
+        d, ffn, layers = enc.output_size, enc.linear_units, enc.num_blocks
+        params = layers * (5 * d * d + 2 * d * ffn) \
+            + config.llm.llm_output_size * (config.llm.speech_token_size + 1)
+        return DecodeProfile(params=int(params), kv_bytes_per_position=2 * layers * d * 4,
+                             typical_positions=TYPICAL_DECODE_POSITIONS)
 
     @classmethod
     def pipeline(cls, stages):
