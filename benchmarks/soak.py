@@ -4,26 +4,36 @@
 N clients on 127.0.0.1 for a bounded time against a server this script starts, with a text
 mix of valid requests, bad requests (``--bad``, default 10 %) and clients that disconnect
 mid-stream (``--disconnect``, default 5 %), and one SIGTERM + restart in the middle (same port,
-same result cache). Checks, printed as a table (exit status 1 when one fails):
+same result cache, same voices dir). Before the load a voice is registered over HTTP
+(``POST /v1/audio/voices`` with ``examples/zero_shot_prompt.wav``) and used in the load mix.
+Checks, printed as a table (exit status 1 when one fails):
 
 * 0 errors for valid admitted requests: every valid request ends as a complete, decodable
   200, a 503 with Retry-After, or (only while the server restarts) a refused connection;
   a 5xx/504, a cut body or a 4xx for a valid request is an error. Bad requests must get a 4xx.
 * each server process exits 0 after SIGTERM (clean drain);
-* the seeded result cached before the restart is a cache hit, byte-identical, after it;
+* the seeded results cached before the restart (a built-in speaker and the registered voice)
+  are cache hits, byte-identical, after it;
+* the registered voice survives the restart: listed by ``GET /v1/audio/voices`` with the same
+  ``sha256``, and its seeded request, sent as ``flac`` (a cache key the cache cannot hold, so
+  process B synthesizes it), decodes to exactly the int16 samples of the wav from process A;
 * RSS drift of each server process between 1/6 of its life ("minute 5 of 30") and its end;
 * no leaked threads or file descriptors: /proc/<pid> counts when idle after a warm-up burst
   vs when idle at the end (idle >= 12 s first, so anyio's idle worker threads have exited).
 
-    python benchmarks/soak.py --tiny --clients 4 --duration 200        # short run
-    python benchmarks/soak.py --clients 16 --duration 1800             # the full soak (300M)
+    python benchmarks/soak.py --tiny --clients 4 --duration 120 --timeout 30   # short run
+    python benchmarks/soak.py --clients 16 --duration 1800                     # the full soak
 
-Bounded: every client loop ends at the phase deadline and after --max-requests in total.
+Bounded: every client loop ends at the phase deadline and after --max-requests in total; every
+wait (server ready, HTTP request, drain, thread join) has a timeout. When a step fails the
+clients are stopped, the servers killed, and the table is printed with what was measured
+(missing values are None and their checks FAIL), plus the failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import random
@@ -34,7 +44,9 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VALID = (
     ("中文女", "收到好友从远方寄来的生日礼物，"
               "那份意外的惊喜与深深的祝福让我心中充满了甜蜜的快乐。"),
@@ -54,6 +66,18 @@ BAD = (
 )
 MARKER = {"input": "这句话在重启前后都应该来自缓存。", "voice": "中文女",
           "response_format": "wav", "seed": 4242}
+VOICE_NAME = "soak-voice"
+VOICE_WAV = os.path.join(REPO, "examples", "zero_shot_prompt.wav")
+VOICE_TEXT = "希望你以后能够做的比我还好呦。"  # the transcript of VOICE_WAV
+VOICE_REQUEST = {"input": "重启之后，这个注册的声音还在。", "voice": VOICE_NAME,
+                 "response_format": "wav", "seed": 5151}
+VOICE_LOAD_TEXT = "今天天气很好，我们用注册的声音说一句话。"
+IDLE_S = 12.0
+HTTP_SLACK_S = 30.0
+
+
+class SoakError(RuntimeError):
+    """A step of the soak failed (server did not start, exited, did not drain in time)."""
 
 
 def free_port() -> int:
@@ -63,7 +87,7 @@ def free_port() -> int:
 
 
 def proc_stats(pid: int) -> dict:
-    """RSS (MiB), threads and open fds of ``pid`` from /proc."""
+    """RSS (MiB), threads and open fds of ``pid`` from /proc (None where unreadable)."""
     out = {"rss_mb": None, "threads": None, "fds": None}
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -78,10 +102,33 @@ def proc_stats(pid: int) -> dict:
     return out
 
 
+def wav_samples(data: bytes):
+    """int16 samples, shape (n,), of a wav response body (libsndfile reads the streamed
+    header's unknown length as "to the end")."""
+    import soundfile as sf
+
+    samples, _ = sf.read(io.BytesIO(data), dtype="int16")
+    return samples
+
+
+def flac_samples(data: bytes):
+    """int16 samples, shape (n,), of a mono s16 flac response body, decoded with PyAV (a
+    streamed flac has no total length in its header, which libsndfile cannot read)."""
+    import av
+    import numpy as np
+
+    with av.open(io.BytesIO(data), format="flac") as f:
+        frames = [frame.to_ndarray().reshape(-1) for frame in f.decode(audio=0)]
+    return np.concatenate(frames).astype(np.int16) if frames else np.zeros(0, np.int16)
+
+
 class Server:
-    def __init__(self, args, port: int, cache_dir: str):
+    """One ``cosyvino serve`` subprocess; its output goes to a temporary file."""
+
+    def __init__(self, args, port: int, cache_dir: str, voices_dir: str):
         cmd = [sys.executable, "-c", "from cosyvino.cli import main; main()", "serve",
-               "--port", str(port), "--cache-dir", cache_dir, "--log-level", "warning",
+               "--port", str(port), "--cache-dir", cache_dir, "--voices-dir", voices_dir,
+               "--log-level", "warning",
                "--max-sessions", str(args.max_sessions), "--queue-size", str(args.queue_size),
                "--timeout", str(args.timeout)]
         if args.model_dir:
@@ -93,29 +140,53 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         self.pid = self.proc.pid
 
-    def wait_ready(self, timeout: float = 600) -> None:
+    def tail(self, n: int = 3000) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-n:]
+
+    def wait_ready(self, timeout: float) -> None:
+        """Poll ``/ready``. Raises SoakError: the process exited or ``timeout`` s passed."""
         import httpx
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                self.log.seek(0)
-                sys.exit(f"server exited with {self.proc.returncode}:\n"
-                         + self.log.read().decode(errors="replace")[-3000:])
+                raise SoakError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
             try:
                 if httpx.get(self.url + "/ready", timeout=5).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.25)
-        sys.exit("server did not become ready in time")
+        raise SoakError(f"server not ready after {timeout:.0f} s:\n{self.tail()}")
+
+    def terminate(self, timeout: float) -> tuple[int, float]:
+        """SIGTERM, wait; (exit status, seconds). Raises SoakError: still running after
+        ``timeout`` s (the caller's cleanup kills it)."""
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise SoakError(f"server still running {timeout:.0f} s after SIGTERM") from None
+        return code, round(time.monotonic() - t0, 2)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 class Clients:
-    """The client threads of one phase; results in :attr:`rows`."""
+    """The client threads of one phase; results appended to ``rows``."""
 
-    def __init__(self, url: str, args, rows: list, lock: threading.Lock, budget: list):
+    def __init__(self, url: str, args, rows: list, lock: threading.Lock, budget: list,
+                 abort: threading.Event, voices=VALID):
         self.url, self.args, self.rows, self.lock, self.budget = url, args, rows, lock, budget
+        self.abort, self.voices = abort, voices
         self.stop_at = 0.0
         self.restarting = threading.Event()  # refused connections are expected now
 
@@ -125,50 +196,57 @@ class Clients:
                    for i in range(self.args.clients)]
         for t in threads:
             t.start()
+        deadline = self.stop_at + self.args.timeout + HTTP_SLACK_S + 30
         for t in threads:
-            t.join(duration + self.args.timeout + 60)
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _take(self) -> bool:
+        with self.lock:
+            if self.budget[0] <= 0 or self.abort.is_set():
+                return False
+            self.budget[0] -= 1
+            return True
 
     def _client(self, i: int) -> None:
         import httpx
 
         rng = random.Random(i * 7919 + int(time.time()))
-        with httpx.Client(timeout=self.args.timeout + 30) as c:
-            while time.monotonic() < self.stop_at:
-                with self.lock:
-                    if self.budget[0] <= 0:
-                        return
-                    self.budget[0] -= 1
+        with httpx.Client(timeout=self.args.timeout + HTTP_SLACK_S) as c:
+            while time.monotonic() < self.stop_at and self._take():
                 x = rng.random()
                 kind = "bad" if x < self.args.bad else (
                     "disconnect" if x < self.args.bad + self.args.disconnect else "valid")
-                row = {"kind": kind, "t": time.monotonic()}
+                row = {"kind": kind, "t": time.monotonic(),
+                       "restart": self.restarting.is_set()}
                 try:
                     if kind == "bad":
-                        r = c.post(self.url + "/v1/audio/speech", content=rng.choice(BAD),
+                        row["bad_index"] = rng.randrange(len(BAD))
+                        r = c.post(self.url + "/v1/audio/speech", content=BAD[row["bad_index"]],
                                    headers={"content-type": "application/json"})
                         row["status"] = r.status_code
+                        row["retry_after"] = r.headers.get("retry-after")
+                        row["body"] = r.text[:200] if not 400 <= r.status_code < 500 else None
                     else:
-                        voice, text = rng.choice(VALID)
+                        voice, text = rng.choice(self.voices)
+                        row["voice"] = voice
                         body = {"input": text, "voice": voice, "response_format": "wav"}
                         row.update(self._stream(c, body, kind == "disconnect"))
                 except httpx.ConnectError:
                     row["status"] = "refused"
-                    row["restart"] = self.restarting.is_set()
+                    row["restart"] = row["restart"] or self.restarting.is_set()
                     time.sleep(0.5)
                 except httpx.HTTPError as e:
                     row["status"] = f"transport:{type(e).__name__}"
-                    row["restart"] = self.restarting.is_set()
+                    row["restart"] = row["restart"] or self.restarting.is_set()
                     time.sleep(0.5)
+                except Exception as e:  # undecodable audio and the like: an error row
+                    row["status"] = f"client:{type(e).__name__}: {e}"[:200]
                 with self.lock:
                     self.rows.append(row)
                 if row.get("status") == 503:
                     time.sleep(min(5.0, float(row.get("retry_after") or 1)))
 
     def _stream(self, c, body: dict, disconnect: bool) -> dict:
-        import io
-
-        import soundfile as sf
-
         out = {}
         with c.stream("POST", self.url + "/v1/audio/speech", json=body) as r:
             out["status"] = r.status_code
@@ -184,168 +262,296 @@ class Clients:
                 if disconnect and data:
                     out["disconnected"] = True
                     return out  # leaving the block closes the connection mid-stream
-        samples, _ = sf.read(io.BytesIO(bytes(data)), dtype="int16")
+        samples = wav_samples(bytes(data))
         out["audio_s"] = samples.shape[0] / 22050
         out["complete"] = samples.shape[0] > 0
         return out
 
 
-def idle_stats(pid: int, seconds: float = 12.0) -> dict:
+def idle_stats(pid: int, seconds: float = IDLE_S) -> dict:
     time.sleep(seconds)
     return proc_stats(pid)
 
 
-def marker(url: str) -> tuple[int, str, bytes]:
+def speech(url: str, body: dict, timeout: float) -> tuple[int, str, bytes]:
+    """(status, ``x-cosyvino-cache`` header, body) of one ``/v1/audio/speech`` request."""
     import httpx
 
-    r = httpx.post(url + "/v1/audio/speech", json=MARKER, timeout=120)
+    r = httpx.post(url + "/v1/audio/speech", json=body, timeout=timeout)
     return r.status_code, r.headers.get("x-cosyvino-cache", ""), r.content
 
 
-def main() -> int:
+def register_voice(url: str, timeout: float) -> dict:
+    """``POST /v1/audio/voices`` of :data:`VOICE_WAV`; the voice object.
+    Raises SoakError: not a 200."""
+    import httpx
+
+    with open(VOICE_WAV, "rb") as f:
+        r = httpx.post(url + "/v1/audio/voices", timeout=timeout,
+                       data={"name": VOICE_NAME, "text": VOICE_TEXT},
+                       files={"file": ("zero_shot_prompt.wav", f, "audio/wav")})
+    if r.status_code != 200:
+        raise SoakError(f"POST /v1/audio/voices: {r.status_code} {r.text[:500]}")
+    return r.json()
+
+
+def listed_voice(url: str, name: str, timeout: float) -> dict | None:
+    """The voice object ``name`` as ``GET /v1/audio/voices`` lists it, else None."""
+    import httpx
+
+    r = httpx.get(url + "/v1/audio/voices", timeout=timeout)
+    r.raise_for_status()
+    return next((v for v in r.json().get("voices", []) if v.get("id") == name), None)
+
+
+def compare_samples(flac: bytes, wav: bytes) -> str:
+    """"identical" when the flac body decodes to exactly the wav body's int16 samples, else
+    what differs (lengths, largest difference) or why one does not decode."""
+    import numpy as np
+
+    try:
+        x, y = flac_samples(flac), wav_samples(wav)
+    except Exception as e:  # an error body, not audio
+        return f"undecodable: {type(e).__name__}: {e}"[:200]
+    if x.shape != y.shape:
+        return f"{x.shape[0]} vs {y.shape[0]} samples"
+    diff = int(np.abs(x.astype(np.int32) - y.astype(np.int32)).max()) if x.size else 0
+    return "identical" if diff == 0 else f"max |difference| {diff} LSB"
+
+
+def before_restart(s: dict, a: Server, args) -> None:
+    """On process A: the seeded marker and the registered voice's seeded request."""
+    r = s["result"]
+    t = args.timeout + HTTP_SLACK_S
+    r["marker_before"], _, s["marker_body"] = speech(a.url, MARKER, t)
+    s["voice_obj"] = register_voice(a.url, t)
+    r["voice_registered"] = s["voice_obj"].get("id")
+    r["voice_before"], r["voice_before_cache"], s["voice_body"] = speech(a.url, VOICE_REQUEST, t)
+
+
+def after_restart(s: dict, b: Server, args) -> None:
+    """On process B: the voice is listed, both seeded entries are byte-identical hits, and
+    the voice's request in flac (not in the cache) decodes to the same samples."""
+    r = s["result"]
+    t = args.timeout + HTTP_SLACK_S
+    listed = listed_voice(b.url, VOICE_NAME, t)
+    r["voice_listed_after"] = listed is not None
+    r["voice_sha256_same"] = listed is not None and bool(listed.get("sha256")) \
+        and listed.get("sha256") == s["voice_obj"].get("sha256")
+    status, r["cache_after_restart"], body = speech(b.url, MARKER, t)
+    r["cache_identical"] = status == 200 and body == s["marker_body"]
+    status, r["voice_cache_after"], body = speech(b.url, VOICE_REQUEST, t)
+    r["voice_cache_identical"] = status == 200 and body == s["voice_body"]
+    flac = dict(VOICE_REQUEST, response_format="flac")
+    status, r["voice_flac_cache_after"], body = speech(b.url, flac, t)
+    r["voice_flac_status"] = status
+    r["voice_resynth_vs_before"] = compare_samples(body, s["voice_body"]) \
+        if status == 200 else None
+
+
+def sample_later(server: Server, sampler: dict, key: str, delay: float) -> None:
+    def run():
+        time.sleep(delay)
+        if server.proc.poll() is None:
+            sampler[key] = proc_stats(server.pid)
+    threading.Thread(target=run, daemon=True).start()
+
+
+def run_soak(args, s: dict, tmp: str) -> None:
+    """All phases; fills ``s`` (``result``, ``rows``, ``stats``, ``procs``) as it goes, so a
+    failure midway leaves what was measured."""
+    port, cache_dir = free_port(), os.path.join(tmp, "cache")
+    voices_dir = os.path.join(tmp, "voices")
+    r, stats, half = s["result"], s["stats"], args.duration / 2
+    lock, budget = threading.Lock(), [args.max_requests]
+    ready_s, drain_s = args.ready_timeout, args.timeout + 60
+    # ---- process A ----
+    a = Server(args, port, cache_dir, voices_dir)
+    s["procs"].append(a)
+    a.wait_ready(ready_s)
+    before_restart(s, a, args)
+    mix = VALID + ((VOICE_NAME, VOICE_LOAD_TEXT),)
+    warm = Clients(a.url, args, [], lock, [10 * args.clients], s["abort"], mix)
+    warm.run(min(20.0, args.duration / 10))  # lazily created pools exist from here on
+    stats["base_a"] = idle_stats(a.pid)
+    phase = Clients(a.url, args, s["rows"], lock, budget, s["abort"], mix)
+    sample_later(a, stats, "a_warm", half / 3)
+    phase.run(half)
+    stats["end_a"] = idle_stats(a.pid)
+    # SIGTERM with requests in flight, clients still sending
+    phase.restarting.set()
+    inflight = threading.Thread(target=phase.run, args=(8.0,), daemon=True)
+    inflight.start()
+    time.sleep(2.0)
+    r["exit_a"], r["drain_s"] = a.terminate(drain_s)
+    # ---- process B (same port, same cache, same voices dir) ----
+    b = Server(args, port, cache_dir, voices_dir)
+    s["procs"].append(b)
+    b.wait_ready(ready_s)
+    inflight.join(8.0 + args.timeout + HTTP_SLACK_S + 30)
+    phase.restarting.clear()
+    after_restart(s, b, args)
+    stats["base_b"] = proc_stats(b.pid)
+    sample_later(b, stats, "b_warm", half / 3)
+    phase.run(half)
+    stats["end_b"] = idle_stats(b.pid)
+    r["exit_b"], _ = b.terminate(drain_s)
+
+
+def drift(x: dict, y: dict) -> float | None:
+    if not x.get("rss_mb") or not y.get("rss_mb"):
+        return None
+    return round(100.0 * (y["rss_mb"] - x["rss_mb"]) / x["rss_mb"], 2)
+
+
+def not_above(end, *bases) -> bool:
+    """``end`` <= max(bases) + 1, False when a count is missing."""
+    known = [b for b in bases if b is not None]
+    return end is not None and bool(known) and end <= max(known) + 1
+
+
+def summarize(s: dict) -> dict:
+    """Counts, resource figures and the checks (a missing measurement fails its check)."""
+    rows, result, st = list(s["rows"]), s["result"], s["stats"]
+    valid = [x for x in rows if x["kind"] == "valid"]
+    bad = [x for x in rows if x["kind"] == "bad"]
+    ok = [x for x in valid if x.get("status") == 200 and x.get("complete")]
+    busy = [x for x in valid if x.get("status") == 503 and x.get("retry_after")]
+    refused = [x for x in valid if x.get("status") == "refused" and x.get("restart")]
+    errors = [x for x in valid if x not in ok and x not in busy and x not in refused]
+    # while the server restarts it refuses connections, then answers 503 not_ready (with
+    # Retry-After) to everything until the model has loaded, bad requests included
+    bad_restart = [x for x in bad if x.get("restart") and (
+        x.get("status") == "refused" or (x.get("status") == 503 and x.get("retry_after")))]
+    bad_errors = [x for x in bad if not (isinstance(x.get("status"), int)
+                                         and 400 <= x["status"] < 500)
+                  and x not in bad_restart]
+    g = {k: st.get(k) or {} for k in ("a_warm", "end_a", "b_warm", "end_b", "base_a",
+                                      "base_b")}
+    result.update({
+        "requests": len(rows), "valid": len(valid), "ok": len(ok), "busy_503": len(busy),
+        "refused_during_restart": len(refused), "valid_errors": len(errors),
+        "ok_registered_voice": sum(1 for x in ok if x.get("voice") == VOICE_NAME),
+        "bad": len(bad), "bad_refused_or_503_during_restart": len(bad_restart),
+        "bad_not_4xx": len(bad_errors),
+        "disconnects": sum(1 for x in rows if x.get("disconnected")),
+        "audio_s": round(sum(x.get("audio_s", 0) for x in ok), 1),
+        "rss_a_mb": [g["a_warm"].get("rss_mb"), g["end_a"].get("rss_mb")],
+        "rss_b_mb": [g["b_warm"].get("rss_mb"), g["end_b"].get("rss_mb")],
+        "rss_drift_a_pct": drift(g["a_warm"], g["end_a"]),
+        "rss_drift_b_pct": drift(g["b_warm"], g["end_b"]),
+        "threads_a": [g["base_a"].get("threads"), g["end_a"].get("threads")],
+        "fds_a": [g["base_a"].get("fds"), g["end_a"].get("fds")],
+        "threads_b": [g["base_b"].get("threads"), g["end_b"].get("threads")],
+        "fds_b": [g["base_b"].get("fds"), g["end_b"].get("fds")],
+    })
+    s["errors"] = [{k: v for k, v in x.items() if k != "t"} for x in errors[:5]]
+    s["bad_errors"] = [{k: v for k, v in x.items() if k != "t"} for x in bad_errors[:5]]
+    r = result
+    return {
+        "completed every phase": "failure" not in r,
+        "0 errors for valid admitted requests": not errors and bool(ok),
+        "bad requests all 4xx": not bad_errors,
+        "exit 0 after SIGTERM (both)": r.get("exit_a") == 0 and r.get("exit_b") == 0,
+        "cache entry survives restart": r.get("cache_after_restart") == "hit"
+        and bool(r.get("cache_identical")),
+        "registered voice listed after restart, same sha256":
+            bool(r.get("voice_listed_after")) and bool(r.get("voice_sha256_same")),
+        "registered voice's cache entry survives restart":
+            r.get("voice_before") == 200 and r.get("voice_cache_after") == "hit"
+            and bool(r.get("voice_cache_identical")),
+        "registered voice resynthesized after restart, identical samples":
+            r.get("voice_flac_cache_after") == "miss"
+            and r.get("voice_resynth_vs_before") == "identical",
+        "RSS drift < 5 %": all(d is not None and abs(d) < 5 for d in
+                               (r["rss_drift_a_pct"], r["rss_drift_b_pct"])),
+        "no leaked threads": not_above(g["end_a"].get("threads"), g["base_a"].get("threads"))
+        and not_above(g["end_b"].get("threads"), g["base_b"].get("threads"),
+                      g["base_a"].get("threads")),
+        "no leaked fds": not_above(g["end_a"].get("fds"), g["base_a"].get("fds"))
+        and not_above(g["end_b"].get("fds"), g["base_b"].get("fds"), g["base_a"].get("fds")),
+    }
+
+
+def report(s: dict, json_out: str | None) -> int:
+    """Print the tables (and the failure, the first errors); 0 when every check passed."""
+    checks = summarize(s)
+    result = s["result"]
+    print("| metric | value |\n|---|---|")
+    for k, v in result.items():
+        if k != "failure":
+            print(f"| {k} | {v} |")
+    print("\n| check | result |\n|---|---|")
+    for k, v in checks.items():
+        print(f"| {k} | {'pass' if v else 'FAIL'} |")
+    if s["errors"]:
+        print("\nfirst errors:", json.dumps(s["errors"], ensure_ascii=False))
+    if s["bad_errors"]:
+        print("\nfirst bad requests not answered with a 4xx:",
+              json.dumps(s["bad_errors"], ensure_ascii=False))
+    if "failure" in result:
+        print("\nfailed midway:", result["failure"])
+    if json_out:
+        with open(json_out, "w") as fh:
+            json.dump({**result, "checks": checks, "error_samples": s["errors"],
+                       "bad_error_samples": s["bad_errors"]}, fh,
+                      indent=2, ensure_ascii=False)
+    sys.stdout.flush()
+    return 0 if all(checks.values()) else 1
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-dir", help="model (default: the embedded default model)")
     ap.add_argument("--tiny", action="store_true", help="a synthetic tiny model")
     ap.add_argument("--tokens", type=int, default=None,
                     help="force speech tokens per segment (default: 25 with --tiny)")
     ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--duration", type=float, default=1800.0, help="seconds in total")
+    ap.add_argument("--duration", type=float, default=1800.0, help="seconds of load in total")
     ap.add_argument("--max-requests", type=int, default=200_000)
     ap.add_argument("--bad", type=float, default=0.10)
     ap.add_argument("--disconnect", type=float, default=0.05)
     ap.add_argument("--max-sessions", type=int, default=1)
     ap.add_argument("--queue-size", type=int, default=8)
-    ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--timeout", type=float, default=120.0, help="the server's --timeout")
+    ap.add_argument("--ready-timeout", type=float, default=900.0,
+                    help="seconds a server may take to load and report /ready")
     ap.add_argument("--json", dest="json_out")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not (1 <= args.clients <= 256 and 30 <= args.duration <= 7200):
-        sys.exit("--clients must be 1..256 and --duration 30..7200 s")
+        ap.error("--clients must be 1..256 and --duration 30..7200 s")
+    if not (0 <= args.bad and 0 <= args.disconnect and args.bad + args.disconnect <= 1):
+        ap.error("--bad and --disconnect are fractions that sum to at most 1")
+    return args
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"soak got signal {signum}")
+
+
+def main() -> int:
+    args = parse_args()
+    signal.signal(signal.SIGTERM, _interrupted)  # a killed soak still kills its servers
+    s = {"result": {"clients": args.clients, "duration_s": args.duration}, "rows": [],
+         "stats": {}, "procs": [], "abort": threading.Event(), "errors": [],
+         "bad_errors": []}
     tmp = tempfile.TemporaryDirectory(prefix="cosyvino-soak-")
-    if args.tiny and not args.model_dir:
-        from cosyvino.families.cosyvoice1.synthetic import make_model
-
-        args.model_dir = make_model("tiny", os.path.join(tmp.name, "tiny"))
-        args.tokens = args.tokens or 25
-    port, cache_dir = free_port(), os.path.join(tmp.name, "cache")
-    rows: list = []
-    lock = threading.Lock()
-    budget = [args.max_requests]
-    half = args.duration / 2
-    procs = []
-    result: dict = {"clients": args.clients, "duration_s": args.duration}
     try:
-        # ---- process A ----
-        a = Server(args, port, cache_dir)
-        procs.append(a)
-        a.wait_ready()
-        m_status, _, m_body = marker(a.url)
-        result["marker_before"] = m_status
-        warm = Clients(a.url, args, [], lock, [10 * args.clients])
-        warm.run(min(20.0, args.duration / 10))  # lazily created pools exist from here on
-        base_a = idle_stats(a.pid)
-        phase = Clients(a.url, args, rows, lock, budget)
-        sampler = {}
+        if args.tiny and not args.model_dir:
+            from cosyvino.families.cosyvoice1.synthetic import make_model
 
-        def sample_at(server, key, delay):
-            def run():
-                time.sleep(delay)
-                sampler[key] = proc_stats(server.pid)
-            threading.Thread(target=run, daemon=True).start()
-
-        sample_at(a, "a_warm", half / 3)
-        phase_thread = threading.Thread(target=phase.run, args=(half,))
-        phase_thread.start()
-        phase_thread.join()
-        end_a = idle_stats(a.pid)
-        # SIGTERM with requests in flight, clients still sending
-        phase.restarting.set()
-        inflight = threading.Thread(target=phase.run, args=(8.0,))
-        inflight.start()
-        time.sleep(2.0)
-        t_term = time.monotonic()
-        a.proc.send_signal(signal.SIGTERM)
-        result["exit_a"] = a.proc.wait(args.timeout + 60)
-        result["drain_s"] = round(time.monotonic() - t_term, 2)
-        # ---- process B (same port, same cache) ----
-        b = Server(args, port, cache_dir)
-        procs.append(b)
-        b.wait_ready()
-        inflight.join()
-        phase.restarting.clear()
-        m2_status, m2_cache, m2_body = marker(b.url)
-        result["cache_after_restart"] = m2_cache
-        result["cache_identical"] = m2_status == 200 and m2_body == m_body
-        base_b = proc_stats(b.pid)
-        sample_at(b, "b_warm", half / 3)
-        phase.run(half)
-        end_b = idle_stats(b.pid)
-        b.proc.send_signal(signal.SIGTERM)
-        result["exit_b"] = b.proc.wait(args.timeout + 60)
+            args.model_dir = make_model("tiny", os.path.join(tmp.name, "tiny"))
+            args.tokens = args.tokens or 25
+        run_soak(args, s, tmp.name)
+    except (Exception, KeyboardInterrupt) as e:
+        s["result"]["failure"] = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
     finally:
-        for s in procs:
-            if s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait(10)
+        s["abort"].set()  # client threads stop at their next request
+        for p in s["procs"]:
+            p.kill()
         tmp.cleanup()
-
-    valid = [r for r in rows if r["kind"] == "valid"]
-    bad = [r for r in rows if r["kind"] == "bad"]
-    ok = [r for r in valid if r.get("status") == 200 and r.get("complete")]
-    busy = [r for r in valid if r.get("status") == 503 and r.get("retry_after")]
-    refused = [r for r in valid if r.get("status") == "refused" and r.get("restart")]
-    errors = [r for r in valid if r not in ok and r not in busy and r not in refused]
-    bad_errors = [r for r in bad if not (isinstance(r.get("status"), int)
-                                         and 400 <= r["status"] < 500)
-                  and not (r.get("restart") and r.get("status") == "refused")]
-    a_warm, b_warm = sampler.get("a_warm", {}), sampler.get("b_warm", {})
-
-    def drift(x, y):
-        if not x or not y or not x.get("rss_mb") or not y.get("rss_mb"):
-            return None
-        return round(100.0 * (y["rss_mb"] - x["rss_mb"]) / x["rss_mb"], 2)
-
-    result.update({
-        "requests": len(rows), "valid": len(valid), "ok": len(ok), "busy_503": len(busy),
-        "refused_during_restart": len(refused), "valid_errors": len(errors),
-        "bad": len(bad), "bad_not_4xx": len(bad_errors),
-        "disconnects": sum(1 for r in rows if r.get("disconnected")),
-        "audio_s": round(sum(r.get("audio_s", 0) for r in ok), 1),
-        "rss_a_mb": [a_warm.get("rss_mb"), end_a.get("rss_mb")],
-        "rss_b_mb": [b_warm.get("rss_mb"), end_b.get("rss_mb")],
-        "rss_drift_a_pct": drift(a_warm, end_a), "rss_drift_b_pct": drift(b_warm, end_b),
-        "threads_a": [base_a["threads"], end_a["threads"]],
-        "fds_a": [base_a["fds"], end_a["fds"]],
-        "threads_b": [base_b["threads"], end_b["threads"]],
-        "fds_b": [base_b["fds"], end_b["fds"]],
-        "error_samples": [{k: v for k, v in r.items() if k != "t"} for r in errors[:5]],
-    })
-    checks = {
-        "0 errors for valid admitted requests": not errors,
-        "bad requests all 4xx": not bad_errors,
-        "exit 0 after SIGTERM (both)": result.get("exit_a") == 0 and result.get("exit_b") == 0,
-        "cache entry survives restart": result.get("cache_after_restart") == "hit"
-        and result.get("cache_identical"),
-        "RSS drift < 5 %": all(d is not None and abs(d) < 5 for d in
-                               (result["rss_drift_a_pct"], result["rss_drift_b_pct"])),
-        "no leaked threads": end_a["threads"] <= base_a["threads"] + 1
-        and end_b["threads"] <= max(base_b["threads"], base_a["threads"]) + 1,
-        "no leaked fds": end_a["fds"] <= base_a["fds"] + 1
-        and end_b["fds"] <= max(base_b["fds"], base_a["fds"]) + 1,
-    }
-    result["checks"] = checks
-    print("| metric | value |\n|---|---|")
-    for k, v in result.items():
-        if k not in ("checks", "error_samples"):
-            print(f"| {k} | {v} |")
-    print("\n| check | result |\n|---|---|")
-    for k, v in checks.items():
-        print(f"| {k} | {'pass' if v else 'FAIL'} |")
-    if errors:
-        print("\nfirst errors:", json.dumps(result["error_samples"], ensure_ascii=False))
-    if args.json_out:
-        with open(args.json_out, "w") as fh:
-            json.dump(result, fh, indent=2, ensure_ascii=False)
-    return 0 if all(checks.values()) else 1
+    return report(s, args.json_out)
 
 
 if __name__ == "__main__":

@@ -249,8 +249,10 @@ class SynthesisRequest:
         for n, why in unavailable.items():
             by_reason.setdefault(why, []).append(n)
         notes = "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
-        raise InputError(f"{problem}; this model's modes: {offered}"
-                         + (f" (not offered: {notes})" if notes else ""))
+        if notes:  # lead with what the model lacks, not with a mode the user did not ask for
+            raise InputError(f"the inputs given fit none of this model's modes ({offered}); "
+                             f"not offered here: {notes}; nearest mode: {problem}")
+        raise InputError(f"{problem}; this model's modes: {offered}")
 
 
 def _check_speed(speed) -> float:

@@ -114,10 +114,11 @@ def test_mode_the_model_lacks_is_a_typed_error_naming_its_modes(tts, instruct_tt
                                          r".*supported: instruct, sft"):
         instruct_tts.synthesize(TEXT, prompt_audio=PROMPT, prompt_text=PROMPT_TEXT,
                                 mode="zero_shot")
-    # no mode named: the plainest mode's complaint plus what the model offers
-    with pytest.raises(InputError, match=r"prompt_audio is not used by mode 'sft'; this "
-                                         r"model's modes: instruct, sft \(not offered: "
-                                         r"zero_shot, cross_lingual, vc: voice cloning"):
+    # no mode named: what the model lacks first, then the nearest mode's complaint
+    with pytest.raises(InputError, match=r"^the inputs given fit none of this model's modes "
+                                         r"\(instruct, sft\); not offered here: zero_shot, "
+                                         r"cross_lingual, vc: voice cloning.*; nearest mode: "
+                                         r"prompt_audio is not used by mode 'sft'$"):
         instruct_tts.synthesize(TEXT, prompt_audio=PROMPT)
     with pytest.raises(InputError, match="mode 'nope' is not supported"):
         tts.synthesize(TEXT, tts.speakers[0], mode="nope")
