@@ -128,9 +128,15 @@ class Server:
     def __init__(self, args, port: int, cache_dir: str, voices_dir: str):
         cmd = [sys.executable, "-c", "from cosyvino.cli import main; main()", "serve",
                "--port", str(port), "--cache-dir", cache_dir, "--voices-dir", voices_dir,
-               "--log-level", "warning",
-               "--max-sessions", str(args.max_sessions), "--queue-size", str(args.queue_size),
-               "--timeout", str(args.timeout)]
+               "--log-level", "warning", "--timeout", str(args.timeout)]
+        if args.plan:
+            cmd += ["--plan", args.plan]
+        # without --plan the defaults are 1 session, queue 8; with it the plan decides unless
+        # they are given
+        for flag, value, default in (("--max-sessions", args.max_sessions, 1),
+                                     ("--queue-size", args.queue_size, 8)):
+            if value is not None or not args.plan:
+                cmd += [flag, str(value if value is not None else default)]
         if args.model_dir:
             cmd += ["--model-dir", args.model_dir]
         if args.tokens:
@@ -143,6 +149,13 @@ class Server:
     def tail(self, n: int = 3000) -> str:
         self.log.seek(0)
         return self.log.read().decode(errors="replace")[-n:]
+
+    def served_config(self) -> str:
+        """The server's own start-up line (backend, sessions, LLM batch, queue, threads,
+        where the settings came from), as `cosyvino serve` prints it."""
+        line = next((ln for ln in self.tail(20000).splitlines()
+                     if ln.startswith("cosyvino serve:")), "")
+        return line.split(" ", 3)[-1] if line else "unknown"
 
     def wait_ready(self, timeout: float) -> None:
         """Poll ``/ready``. Raises SoakError: the process exited or ``timeout`` s passed."""
@@ -369,6 +382,7 @@ def run_soak(args, s: dict, tmp: str) -> None:
     a = Server(args, port, cache_dir, voices_dir)
     s["procs"].append(a)
     a.wait_ready(ready_s)
+    r["served_config"] = a.served_config()
     before_restart(s, a, args)
     mix = VALID + ((VOICE_NAME, VOICE_LOAD_TEXT),)
     warm = Clients(a.url, args, [], lock, [10 * args.clients], s["abort"], mix)
@@ -477,6 +491,13 @@ def report(s: dict, json_out: str | None) -> int:
     """Print the tables (and the failure, the first errors); 0 when every check passed."""
     checks = summarize(s)
     result = s["result"]
+    from cosyvino.bench_extras import cpuinfo_field
+
+    flags = set((cpuinfo_field("flags") or "").split())
+    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+           if f in flags]
+    print(f"CPU: {cpuinfo_field('model name') or 'unknown'} ({' '.join(isa) or 'no AVX2'}), "
+          f"{os.cpu_count()} logical CPUs\n")
     print("| metric | value |\n|---|---|")
     for k, v in result.items():
         if k != "failure":
@@ -511,8 +532,12 @@ def parse_args(argv=None):
     ap.add_argument("--max-requests", type=int, default=200_000)
     ap.add_argument("--bad", type=float, default=0.10)
     ap.add_argument("--disconnect", type=float, default=0.05)
-    ap.add_argument("--max-sessions", type=int, default=1)
-    ap.add_argument("--queue-size", type=int, default=8)
+    ap.add_argument("--plan", help="plan file the servers serve (`cosyvino plan --out F`): "
+                    "backend, threads, sessions, LLM decode batch, queue")
+    ap.add_argument("--max-sessions", type=int, default=None,
+                    help="default: the plan's with --plan, else 1")
+    ap.add_argument("--queue-size", type=int, default=None,
+                    help="default: the plan's with --plan, else 8")
     ap.add_argument("--timeout", type=float, default=120.0, help="the server's --timeout")
     ap.add_argument("--ready-timeout", type=float, default=900.0,
                     help="seconds a server may take to load and report /ready")

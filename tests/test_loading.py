@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cosyvino.errors import CheckpointError, ModelDirError
-from cosyvino.families.cosyvoice1.checkpoint import load_spk2info
+from cosyvino.families.cosyvoice1.checkpoint import load_spk2info, read_speaker_names
 from cosyvino.families.cosyvoice1.presets import full_300m, tiny
 from cosyvino.families.cosyvoice1.synthetic import SFT_SPEAKERS, make_model
 from cosyvino.families.cosyvoice1.torch.loading import expected_checkpoint_shapes, load_torch_model
@@ -137,6 +137,40 @@ def test_spk2info_extra_keys_ignored_and_bad_shape(tmp_path):
     torch.save({"a": {"embedding": torch.ones(1, 80)}}, p)
     with pytest.raises(CheckpointError, match="'a' embedding has shape"):
         load_spk2info(p)
+
+
+def test_speaker_names_are_read_without_torch_and_equal_the_full_read(tmp_path):
+    import subprocess
+    import sys
+
+    # the official code's file (golden dir) and a synthetic one
+    assert read_speaker_names(TINY_A / "spk2info.pt") == list(load_spk2info(TINY_A / "spk2info.pt"))
+    p = tmp_path / "spk2info.pt"
+    torch.save({"b": {"embedding": torch.ones(1, 192)}, "a": {"embedding": torch.zeros(1, 192)}}, p)
+    assert read_speaker_names(p) == ["b", "a"]
+    # no torch import on that path (a fresh interpreter)
+    code = ("import sys; from cosyvino.families.cosyvoice1.checkpoint import read_speaker_names;"
+            f"print(read_speaker_names({str(p)!r})); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['b',", "'a']", "False"]
+    # a legacy (non-zip) file is read by torch
+    torch.save({"c": {"embedding": torch.ones(1, 192)}}, p, _use_new_zipfile_serialization=False)
+    assert read_speaker_names(p) == ["c"]
+    # a pickle that would run code is refused by both readers (typed error, nothing runs)
+    import pickle
+    import zipfile
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "ran"),))
+
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("spk2info/data.pkl", pickle.dumps({"x": Evil()}))
+    with pytest.raises(CheckpointError):
+        read_speaker_names(p)
+    assert not (tmp_path / "ran").exists()
+    with pytest.raises(ModelDirError, match="not found"):
+        read_speaker_names(tmp_path / "nope.pt")
 
 
 def test_make_model_tiny_is_loadable_and_atomic(tmp_path):

@@ -199,24 +199,25 @@ def _registered_voices(model_dir: str, voices_dir: str | None, family: str
 
 def _speaker_names(model_dir: str, *, required: bool = True) -> list[str] | None:
     """Speaker ids of a model dir without loading the model (converted dir: speakers.json;
-    official dir: spk2info.pt, which needs torch: None when torch is missing and not
-    ``required``)."""
+    official dir: the names in spk2info.pt, read without torch; a legacy non-zip file needs
+    torch: None when torch is missing and not ``required``)."""
     from cosyvino.converted import is_converted_dir, read_speaker_names
 
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
     if is_converted_dir(model_dir):  # no torch needed: names are in speakers.json
         return read_speaker_names(model_dir)
-    try:
-        from cosyvino.families.cosyvoice1.checkpoint import load_spk2info
-    except ImportError:
-        if required:
-            raise
-        return None
+    from cosyvino.families.cosyvoice1.checkpoint import read_speaker_names
+
     path = os.path.join(model_dir, "spk2info.pt")
     if not required and not os.path.isfile(path):
         return None  # not a v1 dir: the loaded model's family knows its speakers
-    return list(load_spk2info(path))
+    try:
+        return read_speaker_names(path)  # reads names without torch (zip checkpoints)
+    except ImportError:  # a legacy checkpoint needs torch to be read
+        if required:
+            raise
+        return None
 
 
 def _synthesizer(run: dict, voices_dir: str | None = None):

@@ -91,9 +91,9 @@ class CosyVoice1(ModelFamily):
 
     @classmethod
     def speakers(cls, model_dir: str) -> list[str]:
-        from .checkpoint import load_spk2info
+        from .checkpoint import read_speaker_names
 
-        return list(load_spk2info(os.path.join(model_dir, "spk2info.pt")))
+        return read_speaker_names(os.path.join(model_dir, "spk2info.pt"))
 
     @classmethod
     def stages_from_runner(cls, runner, model_dir: str):

@@ -7,7 +7,10 @@ lazily (only the official-layout loader needs it).
 
 from __future__ import annotations
 
+import collections
 import os
+import pickle
+import zipfile
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -87,6 +90,53 @@ def check_state_dict(state_dict: Mapping[str, object], expected: Mapping[str, Se
         msg += f". {hint}"
     raise CheckpointError(msg, path, missing=missing, unexpected=unexpected,
                           mismatched=mismatched)
+
+
+class _NamesOnly(pickle.Unpickler):
+    """Unpickles a torch zip checkpoint's ``data.pkl`` without torch: tensors become None
+    (their storage is never read) and any class other than the few a tensor dict uses is
+    refused, so nothing from the file is executed."""
+
+    _ALLOWED = {("collections", "OrderedDict"): collections.OrderedDict,
+                ("torch._utils", "_rebuild_tensor_v2"): lambda *a, **k: None,
+                ("torch._utils", "_rebuild_parameter"): lambda *a, **k: None}
+
+    def find_class(self, module, name):
+        if (module, name) in self._ALLOWED:
+            return self._ALLOWED[(module, name)]
+        if module == "torch" and name.endswith("Storage"):
+            return None
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in spk2info.pt")
+
+    def persistent_load(self, pid):
+        return None
+
+
+def read_speaker_names(path: str | os.PathLike) -> list[str]:
+    """Speaker names of ``spk2info.pt`` without importing torch or reading any embedding
+    (the pickle inside the zip checkpoint, tensors skipped): for validating ``-s NAME`` and
+    listing voices before the model loads. A legacy (non-zip) or unexpected file falls back
+    to :func:`load_spk2info` (torch).
+
+    Raises:
+        ModelDirError: the file is missing or unreadable; CheckpointError: as
+        :func:`load_spk2info`."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ModelDirError(f"checkpoint file not found: {path}", path)
+    try:
+        with zipfile.ZipFile(path) as z:
+            entry = next(n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl")
+            with z.open(entry) as f:
+                data = _NamesOnly(f).load()
+        if isinstance(data, Mapping) and data and all(isinstance(k, str) for k in data):
+            return list(data)
+    except (zipfile.BadZipFile, StopIteration, pickle.UnpicklingError, EOFError, ValueError,
+            TypeError, AttributeError, KeyError):
+        pass  # not a zip checkpoint we can read without torch: let torch decide
+    except OSError as e:
+        raise ModelDirError(f"cannot read {path}: {e}", path) from None
+    return list(load_spk2info(path))
 
 
 def load_spk2info(path: str | os.PathLike, embed_dim: int = 192) -> dict[str, np.ndarray]:
