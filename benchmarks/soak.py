@@ -17,7 +17,8 @@ Checks, printed as a table (exit status 1 when one fails):
 * the registered voice survives the restart: listed by ``GET /v1/audio/voices`` with the same
   ``sha256``, and its seeded request, sent as ``flac`` (a cache key the cache cannot hold, so
   process B synthesizes it), decodes to exactly the int16 samples of the wav from process A;
-* RSS drift of each server process between 1/6 of its life ("minute 5 of 30") and its end;
+* RSS drift of each server process between 1/6 of its life ("minute 5 of 30", under load) and
+  its end (idle): growth must stay below 5 % (a fall is memory given back, not a leak);
 * no leaked threads or file descriptors: /proc/<pid> counts when idle after a warm-up burst
   vs when idle at the end (idle >= 12 s first, so anyio's idle worker threads have exited).
 
@@ -477,8 +478,10 @@ def summarize(s: dict) -> dict:
         "registered voice resynthesized after restart, identical samples":
             r.get("voice_flac_cache_after") == "miss"
             and r.get("voice_resynth_vs_before") == "identical",
-        "RSS drift < 5 %": all(d is not None and abs(d) < 5 for d in
-                               (r["rss_drift_a_pct"], r["rss_drift_b_pct"])),
+        # a leak grows RSS; the end sample is taken idle and the minute-5 one under load, so a
+        # fall (activations and allocator arenas given back) is not a failure
+        "RSS growth < 5 % (minute 5 -> end)": all(
+            d is not None and d < 5 for d in (r["rss_drift_a_pct"], r["rss_drift_b_pct"])),
         "no leaked threads": not_above(g["end_a"].get("threads"), g["base_a"].get("threads"))
         and not_above(g["end_b"].get("threads"), g["base_b"].get("threads"),
                       g["base_a"].get("threads")),

@@ -165,3 +165,42 @@ def test_flow_cache_pins_overlap_noise():
         outs.append(wav)
     np.testing.assert_array_equal(outs[0], outs[1])
     assert float(np.max(np.abs(outs[0] - outs[2]))) > 1e-3
+
+
+def test_first_hop_steps_apply_to_a_first_hop_that_is_not_the_last():
+    """``first_hop_n_timesteps``: the first non-final hop solves the CFM with that many Euler
+    steps, later hops and a lone final hop with the utterance's; never more than those."""
+    tts = _tts(TINY_A)
+    g = _golden(TINY_A)
+    tokens = g["speech_tokens"].numpy()
+    seen = []
+    real = tts.pipeline.solve_flow
+
+    def spy(*a, n_timesteps=None, **k):
+        seen.append(n_timesteps)
+        return real(*a, n_timesteps=n_timesteps, **k)
+
+    def run(constants, windows, n_timesteps=None):
+        seen.clear()
+        st = OfficialTokenHopStream(tts.stages, g["embedding"].numpy(), constants=constants,
+                                    pipeline=tts.pipeline, n_timesteps=n_timesteps)
+        st.pipeline.solve_flow = spy
+        rng = np.random.default_rng(0)
+        try:
+            return [st.hop(tokens[a:b], fin, rng=rng) for a, b, fin in windows], list(seen)
+        finally:
+            del st.pipeline.solve_flow
+
+    import dataclasses
+
+    from cosyvino.families.cosyvoice1.streaming import LATENCY
+
+    few = dataclasses.replace(LATENCY, first_hop_n_timesteps=3)
+    windows = [(0, 21, False), (15, 51, True)]
+    wav_few, steps = run(few, windows)
+    assert steps == [3, None]                       # None = the model's 10
+    wav_full, steps = run(dataclasses.replace(LATENCY, first_hop_n_timesteps=None), windows)
+    assert steps == [None, None]
+    assert wav_few[0].shape == wav_full[0].shape and not np.allclose(wav_few[0], wav_full[0])
+    assert run(few, [(0, 30, True)])[1] == [None]   # a lone final hop keeps full quality
+    assert run(few, windows, n_timesteps=2)[1] == [2, 2]   # never more than asked

@@ -372,6 +372,52 @@ def test_estimator_follows_recent_requests_not_old_long_ones():
     assert 0.22 < est.speech_per_unit < 0.3
 
 
+def _prompted(seconds: float):
+    """Like :func:`_forced`, with a registered-voice prompt bundle (kind "prompt")."""
+    import numpy as np
+
+    from cosyvino.request import SynthesisRequest
+    from cosyvino.voices import Voice
+
+    voice = Voice("v", np.zeros((1, 192), np.float32), np.zeros(50, np.int64),
+                  np.zeros((86, 80), np.float32), "prompt text")
+    return SynthesisRequest(text="x", voice=voice, num_speech_tokens=int(round(seconds * 50)))
+
+
+def test_prompt_voice_requests_are_estimated_at_their_own_rate():
+    """The soak (docs/reliability.md) cut 3 zero-shot streams admitted at the plain requests'
+    rate: prompt requests cost more per speech second. They learn their own rate, starting
+    from PROMPT_PRIOR_FACTOR x the plain one; plain requests do not move it."""
+    from cosyvino.server.pool import PROMPT_PRIOR_FACTOR, Busy, TooLong, WorkEstimator
+
+    est = WorkEstimator(FakeClock())
+    assert est.kind(_forced(1.0)) == "plain" and est.kind(_prompted(1.0)) == "prompt"
+    est.observe_chunk(20.0, 20.0)                  # plain at 1x
+    assert est.rtf_of("prompt") == pytest.approx(PROMPT_PRIOR_FACTOR * est.rtf)
+    for _ in range(20):
+        est.observe_chunk(12.0, 4.0, "prompt")     # prompt requests at 3x
+    assert est.rtf_of("prompt") == pytest.approx(3.0, rel=0.05)
+    for _ in range(5):
+        est.observe_chunk(4.0, 4.0)                # more plain work changes only plain's
+    assert est.rtf_of("prompt") == pytest.approx(3.0, rel=0.05)
+    assert est.rtf == pytest.approx(1.0, rel=0.05)
+    with pytest.raises(KeyError):
+        est.rtf_of("sing")
+    # admission, 30 s timeout, plain at 1x, prompt at 3x (x 1.25 margin)
+    pool = _bare_pool(sessions=1, queue=8, timeout=30.0)
+    _measured(pool, 1.0)
+    for _ in range(20):
+        pool.estimator.observe_chunk(12.0, 4.0, "prompt")
+    pool.leave(pool.enter(_forced(9.0)))           # 11.25 s: fits
+    with pytest.raises(TooLong):                   # 33.75 s: never fits
+        pool.enter(_prompted(9.0))
+    _run_one(pool, 10.0)                           # 10 s of work ahead
+    pool.leave(pool.enter(_forced(6.0)))           # 10 + 7.5 s: fits
+    with pytest.raises(Busy) as busy:              # 10 + 22.5 s: late
+        pool.enter(_prompted(6.0))
+    assert busy.value.reason == "deadline"
+
+
 def test_retry_after_is_the_time_until_a_slot_frees():
     """Issue 19 item 3: 'retry-after: 35' while requests took ~4 s each. A full queue frees a
     place when the running request ends: Retry-After is that, not the whole queue."""

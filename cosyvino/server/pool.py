@@ -92,6 +92,15 @@ TOKENS_PER_SECOND = 50.0
 #: of measured speech it weighs
 PRIOR_RTF = 1.0
 PRIOR_WEIGHT_SECONDS = 2.0
+#: requests whose voice carries a prompt recording (zero-shot / cross-lingual with a prompt or
+#: a registered voice) cost more per second of speech: the prompt's speech tokens lengthen the
+#: LLM prefix and its mel frames go through the flow of every hop. Their wall seconds per speech
+#: second are measured apart (kind "prompt"); before any is measured this many times the plain
+#: rate is assumed (a starting point only: the soak cut 3 zero-shot streams that were admitted
+#: on the plain rate, docs/reliability.md)
+PROMPT_PRIOR_FACTOR = 2.0
+#: request kinds with a rate of their own
+KINDS = ("plain", "prompt")
 #: half-life (s) of the decaying averages: an observation counts half after this long
 HALF_LIFE_SECONDS = 60.0
 #: admission plans for this factor more wall time than the estimate (estimates are averages)
@@ -160,14 +169,37 @@ class WorkEstimator:
 
     def __init__(self, clock=time.perf_counter, half_life: float = HALF_LIFE_SECONDS):
         self.clock = clock
-        self._rtf = _DecayingRatio(PRIOR_RTF, PRIOR_WEIGHT_SECONDS, half_life)
+        self._rtf = {k: _DecayingRatio(PRIOR_RTF, PRIOR_WEIGHT_SECONDS, half_life)
+                     for k in KINDS}
+        self._seen = {k: 0.0 for k in KINDS}
         self._per_unit = _DecayingRatio(SPEECH_SECONDS_PER_UNIT, 10.0, half_life)
         self.measured_seconds = 0.0  # speech seconds observed (not decayed): the evidence
 
     @property
     def rtf(self) -> float:
-        """Wall seconds per second of speech (at speed 1)."""
-        return self._rtf.value
+        """Wall seconds per second of speech (at speed 1) of plain requests."""
+        return self._rtf["plain"].value
+
+    def rtf_of(self, kind: str) -> float:
+        """Wall seconds per second of speech of requests of ``kind`` (:data:`KINDS`); a kind
+        not measured yet: :data:`PROMPT_PRIOR_FACTOR` x the plain rate for "prompt".
+
+        Raises:
+            KeyError: unknown kind."""
+        if kind != "plain" and self._seen[kind] <= 0:
+            return self.rtf * PROMPT_PRIOR_FACTOR
+        return self._rtf[kind].value
+
+    @staticmethod
+    def kind(request: SynthesisRequest | None) -> str:
+        """``"prompt"`` for a request that carries a prompt recording (its own or a registered
+        voice's), else ``"plain"``."""
+        if request is None:
+            return "plain"
+        voice = request.voice
+        if request.prompt_audio is not None or getattr(voice, "has_prompt", False):
+            return "prompt"
+        return "plain"
 
     @property
     def speech_per_unit(self) -> float:
@@ -187,12 +219,16 @@ class WorkEstimator:
             return request.speech_tokens.size / TOKENS_PER_SECOND
         return text_units(request.text) * self.speech_per_unit
 
-    def observe_chunk(self, wall: float, speech_seconds: float) -> None:
-        """A running request delivered ``speech_seconds`` (audio seconds x speed) in ``wall``
-        seconds since its previous chunk (or its start)."""
+    def observe_chunk(self, wall: float, speech_seconds: float, kind: str = "plain") -> None:
+        """A running request of ``kind`` delivered ``speech_seconds`` (audio seconds x speed)
+        in ``wall`` seconds since its previous chunk (or its start)."""
         if speech_seconds <= 0 or wall < 0:
             return
-        self._rtf.add(wall, speech_seconds, self.clock())
+        if self._seen[kind] <= 0 and kind != "plain":  # its prior: a multiple of plain's
+            self._rtf[kind] = _DecayingRatio(self.rtf_of(kind), PRIOR_WEIGHT_SECONDS,
+                                             self._rtf[kind].half_life)
+        self._rtf[kind].add(wall, speech_seconds, self.clock())
+        self._seen[kind] += speech_seconds
         self.measured_seconds += speech_seconds
 
     def observe_request(self, units: float, speech_seconds: float) -> None:
@@ -214,6 +250,7 @@ class Ticket:
 
     speech: float = 0.0
     units: float = 0.0
+    kind: str = "plain"
     deadline: float = math.inf
     speed: float = 1.0
     started: float | None = None
@@ -365,7 +402,9 @@ class SynthesisPool:
                 ticket.speech = est.speech_seconds(request, segments)
                 ticket.units = 0.0 if request.num_speech_tokens else text_units(request.text)
                 ticket.speed = request.speed
-            need = ticket.speech * est.rtf * MARGIN
+                ticket.kind = est.kind(request)
+            rtf = est.rtf_of(ticket.kind)
+            need = ticket.speech * rtf * MARGIN
             lanes = self._lanes(now)
             wait = min(lanes)
             confident = est.confident
@@ -378,7 +417,7 @@ class SynthesisPool:
         if confident and need > c.request_timeout:
             self._refused("too_long")
             raise TooLong(need, c.request_timeout, ticket.speech,
-                          c.request_timeout / (est.rtf * MARGIN))
+                          c.request_timeout / (rtf * MARGIN))
         # before anything was measured the prior decides only against queued work: an idle
         # server does not refuse a request on a guess
         late = now + wait + need - ticket.deadline if confident or wait > 0 else 0.0
@@ -405,7 +444,7 @@ class SynthesisPool:
     def _remaining(self, t: Ticket) -> float:
         """Estimated wall seconds left of a started request (under _lock)."""
         left = max(t.speech - t.done, 0.1 * t.speech)
-        return left * self.estimator.rtf
+        return left * self.estimator.rtf_of(t.kind)
 
     def _lanes(self, now: float) -> list[float]:
         """Seconds until each of the ``max_sessions`` slots is free for a new request, with
@@ -413,10 +452,9 @@ class SynthesisPool:
         n = self.config.max_sessions
         lanes = sorted(self._remaining(t) for t in self._started)[:n]
         lanes += [0.0] * (n - len(lanes))
-        rtf = self.estimator.rtf
         for t in self._queued:
             i = lanes.index(min(lanes))
-            lanes[i] += t.speech * rtf
+            lanes[i] += t.speech * self.estimator.rtf_of(t.kind)
         return lanes
 
     def _first_free(self, now: float) -> float:
@@ -439,6 +477,7 @@ class SynthesisPool:
         now = self.clock()
         with self._lock:
             return {"rtf": round(self.estimator.rtf, 4),
+                    "prompt_rtf": round(self.estimator.rtf_of("prompt"), 4),
                     "speech_seconds_per_unit": round(self.estimator.speech_per_unit, 4),
                     "measured_speech_seconds": round(self.estimator.measured_seconds, 2),
                     "backlog_seconds": round(min(self._lanes(now)), 2)}
@@ -480,7 +519,7 @@ class SynthesisPool:
                 if ticket is not None and ticket.speech > 0:
                     with self._lock:  # without measurements, only the timeout (as in enter)
                         if self.estimator.confident:
-                            need = ticket.speech * self.estimator.rtf * MARGIN
+                            need = ticket.speech * self.estimator.rtf_of(ticket.kind) * MARGIN
                             left = min(left, ticket.deadline - need - now)
                 if left <= 0:
                     late = True
@@ -589,7 +628,7 @@ class SynthesisPool:
                 now = self.clock()
                 speech = value.duration * t.speed
                 with self._lock:
-                    self.estimator.observe_chunk(now - t.last, speech)
+                    self.estimator.observe_chunk(now - t.last, speech, t.kind)
                     t.done += speech
                     t.last = now
                     rtf = self.estimator.rtf

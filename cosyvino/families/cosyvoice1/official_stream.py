@@ -48,6 +48,10 @@ class StreamConstants:
     mel_cache_len: int = 20
     source_cache_len: int = 5120
     stream_scale_factor: float = 1
+    #: CFM Euler steps of the first hop when it is not also the last one (None: the
+    #: utterance's ``n_timesteps``; never more than those): our latency schedule's lever on
+    #: the first chunk, not an upstream constant
+    first_hop_n_timesteps: int | None = None
 
     @classmethod
     def from_mapping(cls, values) -> "StreamConstants":
@@ -134,8 +138,18 @@ class OfficialTokenHopStream:
                                      sample_rate=self.config.sample_rate,
                                      hop=self.config.hift.hop_length)
 
+    def _steps(self, finalize: bool) -> int | None:
+        """CFM Euler steps of this hop: fewer for a first hop that is not the last one when the
+        constants say so (:attr:`StreamConstants.first_hop_n_timesteps`)."""
+        first = self.constants.first_hop_n_timesteps
+        if first is None or finalize or self.flow_cache is not None:
+            return self.n_timesteps
+        full = self.n_timesteps or self.config.flow.cfm.n_timesteps
+        return min(int(first), int(full))
+
     def _flow(self, tokens: np.ndarray, noise: np.ndarray,
-              before_step: Callable[[], None] | None = None) -> np.ndarray:
+              before_step: Callable[[], None] | None = None,
+              n_timesteps: int | None = None) -> np.ndarray:
         inputs = self.pipeline.flow_inputs(tokens, self.embedding,
                                            prompt_token=self.prompt_token,
                                            prompt_feat=self.prompt_feat)
@@ -153,7 +167,7 @@ class OfficialTokenHopStream:
         self.flow_cache = (np.concatenate([z[..., :m1], z[..., m - tail:]], axis=-1),
                            np.concatenate([mu[..., :m1], mu[..., m - tail:]], axis=-1))
         return self.pipeline.solve_flow(z, inputs, before_step=before_step,
-                                        n_timesteps=self.n_timesteps)
+                                        n_timesteps=n_timesteps or self.n_timesteps)
 
     # ---- vocoder ---------------------------------------------------------------------------
     def _hift(self, mel: np.ndarray, source: np.ndarray | None, cache_source: np.ndarray,
@@ -208,7 +222,7 @@ class OfficialTokenHopStream:
                 raise InputError("hop needs rng or noise")
             noise = rng.standard_normal((1, self.config.flow.output_size,
                                          self.flow_frames(tokens.size)), dtype=np.float32)
-        mel = self._flow(tokens, noise, before_step)
+        mel = self._flow(tokens, noise, before_step, self._steps(finalize))
         if self.mel_overlap.shape[-1]:
             mel = fade_in_out(mel, self.mel_overlap, self.mel_window)
         if not finalize:
