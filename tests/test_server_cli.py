@@ -57,6 +57,10 @@ def test_serve_takes_the_plans_llm_batch_unless_given(plan_file, captured, monke
     r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--llm-batch", "1", "--no-cache"])
     assert r.exit_code == 0, r.output
     assert captured[-1][0].llm_batch == 1
+    assert "the plan's 2 session(s), which the plan sized for its own batch" in r.output
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--llm-batch", "1",
+                                  "--max-sessions", "1", "--no-cache"])
+    assert r.exit_code == 0 and "sized for its own batch" not in r.output
     r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"],
                            env={"COSYVINO_LLM_BATCH": "3"})
     assert r.exit_code == 0, r.output

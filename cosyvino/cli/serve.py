@@ -141,7 +141,7 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
         click.echo(f"error: the server needs extra packages ({e.name}): "
                    "pip install 'cosyvino[server]'", err=True)
         sys.exit(2)
-    from cosyvino.cli.plan_settings import merge_plan
+    from cosyvino.cli.plan_settings import EXPLICIT, merge_plan
     from cosyvino.server.aliases import parse_aliases
     from cosyvino.server.logs import configure_logging
 
@@ -173,6 +173,13 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
     except CosyvinoError as e:
         say("error", str(e))
         sys.exit(2)
+    given = {k for k in ("llm_batch", "max_sessions")
+             if ctx.get_parameter_source(k) in EXPLICIT}
+    if source.startswith("plan") and given == {"llm_batch"}:
+        say("warning", f"--llm-batch {config.llm_batch} with the plan's {config.max_sessions} "
+            "session(s), which the plan sized for its own batch (sessions = streams x "
+            "llm_batch); pass --max-sessions too, or re-plan with `cosyvino plan --llm-batch "
+            f"{config.llm_batch}`")
     if config.llm_batch > 1 and config.max_sessions < 2:
         say("warning", f"--llm-batch {config.llm_batch} has no effect with {config.max_sessions} "
             "session: batching needs concurrent requests (--max-sessions >= 2)")

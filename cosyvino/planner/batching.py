@@ -124,10 +124,14 @@ def estimate_step_cost(profile: DecodeProfile, weight_precision: str, cores: int
     gflops = cores * _fma_gflops_per_core(flags, cpu_model) * COMPUTE_EFFICIENCY
     shared = weights / (bw * 1e6)
     per_row = cache / (bw * 1e6) + 2 * profile.params / (gflops * 1e6)
-    return StepCost(shared, per_row, f"estimated: {weights / 1e6:.0f} MB {weight_precision} "
-                                     f"weights and {cache / 1e6:.0f} MB K/V cache per row at "
-                                     f"{bw:.0f} GB/s, {2 * profile.params / 1e9:.2f} GFLOP per "
-                                     f"row at {gflops:.0f} GFLOP/s")
+    return StepCost(shared, per_row, f"estimated: {_mb(weights)} {weight_precision} weights "
+                                     f"and {_mb(cache)} K/V cache per row at {bw:.0f} GB/s, "
+                                     f"{2 * profile.params / 1e9:.3g} GFLOP per row at "
+                                     f"{gflops:.0f} GFLOP/s")
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.0f} MB" if n >= 1e7 else f"{n / 1e6:.3g} MB"
 
 
 def fit_step_cost(step_ms: dict) -> StepCost:
@@ -183,5 +187,7 @@ def choose_llm_batch(cost: StepCost, goal: str, cap: int) -> tuple[int, str]:
                f"{shape}")
     if best < limit:
         nxt = best * 2
-        why += f" ({nxt} rows: ~{cost.ratio(nxt):.2f}x)"
+        why += (f" ({nxt} rows: ~{cost.ratio(nxt):.2f}x a 1-row step)" if goal == "latency"
+                else f" ({nxt} rows: ~{cost.request_gain(nxt) / cost.request_gain(best):.2f}x "
+                     f"the requests/s of {best})")
     return best, f"{why}; {cost.basis}"

@@ -326,6 +326,12 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
         compute, why = override, "set by --precision (override)"
     elif "bf16" in caps.precisions and tuned and tuned.get("bf16_faster"):
         compute, why = "bf16", f"bf16-capable ({unit}) and measured faster by --tune"
+    elif "bf16" in caps.precisions and tuned and any(
+            c.get("bf16") and c.get("status") == "ok" for c in tuned.get("candidates", ())):
+        compute = "fp32"
+        why = (f"CPU can do bf16 ({unit}), but --tune measured bf16 not >= 5 % faster than "
+               "fp32 here (see [tuning]): fp32 keeps reference parity; `--precision bf16` "
+               "forces it")
     elif "bf16" in caps.precisions:
         compute = "fp32"
         why = (f"CPU can do bf16 ({unit}) and OpenVINO would pick it by default, but bf16 "
@@ -726,7 +732,11 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
         factor = 2 if goal == "latency" else 8
         queue_size = log.decide("queue_size", max(2, factor * max_sessions),
                                 f"{goal}: {factor} x sessions waiting; beyond that the server "
-                                "answers 503 at once instead of letting latency grow")
+                                "answers 503 at once instead of letting latency grow"
+                                if goal == "latency" else
+                                f"{goal}: {factor} x sessions waiting, so a session never idles "
+                                "for want of work; admission still refuses (503) what would "
+                                "miss its deadline")
     n_online = max(1, len(probe.online_cpus))
     if probe.loadavg_1m is not None and probe.loadavg_1m > BUSY_LOAD * n_online:
         log.warnings.append(f"load average {probe.loadavg_1m:g} on {n_online} online CPUs: "

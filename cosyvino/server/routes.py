@@ -439,7 +439,8 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         draining = pool.draining or state.stopping
         body = {"ready": pool.ready.is_set() and not draining,
                 "draining": draining, "version": __version__, "backend": config.backend,
-                "sessions": config.max_sessions, "queue_size": config.queue_size,
+                "sessions": config.max_sessions, "llm_batch": config.llm_batch,
+                "queue_size": config.queue_size,
                 "in_flight": pool.running, "settings": config.source,
                 "admission": pool.estimates()}
         if pool.load_error is not None:
