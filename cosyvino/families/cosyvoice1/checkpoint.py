@@ -101,10 +101,14 @@ class _NamesOnly(pickle.Unpickler):
                 ("torch._utils", "_rebuild_tensor_v2"): lambda *a, **k: None,
                 ("torch._utils", "_rebuild_parameter"): lambda *a, **k: None}
 
+    #: the pickle module of torch's storage types (``torch.FloatStorage``, ...): a module path
+    #: inside the file, not a backend
+    _STORAGE_MODULE = "torch"
+
     def find_class(self, module, name):
         if (module, name) in self._ALLOWED:
             return self._ALLOWED[(module, name)]
-        if module == "torch" and name.endswith("Storage"):
+        if module == self._STORAGE_MODULE and name.endswith("Storage"):
             return None
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in spk2info.pt")
 
