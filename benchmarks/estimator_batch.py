@@ -25,12 +25,9 @@ import numpy as np
 
 def cpu_line() -> str:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from cosyvino.bench_extras import cpuinfo_field
+    from cosyvino.bench_extras import cpu_summary
 
-    flags = set((cpuinfo_field("flags") or "").split())
-    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-           if f in flags]
-    return f"{cpuinfo_field('model name') or 'unknown CPU'} ({' '.join(isa) or 'no AVX2'})"
+    return cpu_summary()
 
 
 def inputs(batch: int, frames: int, rng) -> dict:

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from cosyvino import Synthesizer
-from cosyvino.bench_extras import cpuinfo_field
+from cosyvino.bench_extras import cpu_summary
 from cosyvino.families.cosyvoice1 import streaming
 from cosyvino.frontend.features import prompt_mel
 from cosyvino.quantize.metrics import log_spectral_distance, mel_l1
@@ -86,9 +86,7 @@ def main(argv=None) -> int:
         audio[n] = (chunks[0].samples.size, np.concatenate([c.samples for c in chunks]))
     ref_first, ref = audio[default] if default in audio else audio[variants[0]]
     ref_mel = log_mel(ref, sr)
-    flags = set((cpuinfo_field("flags") or "").split())
-    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8") if f in flags]
-    print(f"CPU: {cpuinfo_field('model name')} ({' '.join(isa)}); {a.backend} {a.model_dir}; "
+    print(f"CPU: {cpu_summary()}; {a.backend} {a.model_dir}; "
           f"{a.runs} runs per variant, interleaved")
     print()
     print("| first-hop ODE steps | first chunk p50 (s) | min (s) | first chunk: mel L1 / LSD (dB) "

@@ -494,13 +494,9 @@ def report(s: dict, json_out: str | None) -> int:
     """Print the tables (and the failure, the first errors); 0 when every check passed."""
     checks = summarize(s)
     result = s["result"]
-    from cosyvino.bench_extras import cpuinfo_field
+    from cosyvino.bench_extras import cpu_summary
 
-    flags = set((cpuinfo_field("flags") or "").split())
-    isa = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-           if f in flags]
-    print(f"CPU: {cpuinfo_field('model name') or 'unknown'} ({' '.join(isa) or 'no AVX2'}), "
-          f"{os.cpu_count()} logical CPUs\n")
+    print(f"CPU: {cpu_summary()}, {os.cpu_count()} logical CPUs\n")
     print("| metric | value |\n|---|---|")
     for k, v in result.items():
         if k != "failure":

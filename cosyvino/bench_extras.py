@@ -51,6 +51,19 @@ def cpuinfo_field(name: str, root: str = "/") -> str | None:
     return None
 
 
+#: ISA flags a benchmark header names (the ones that change which kernels run)
+HEADER_ISA = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
+              "amx_int8")
+
+
+def cpu_summary(root: str = "/") -> str:
+    """``MODEL NAME (isa flags)`` from ``/proc/cpuinfo`` for a benchmark table's header: the
+    first "model name" and which of :data:`HEADER_ISA` the CPU has."""
+    flags = set((cpuinfo_field("flags", root) or "").split())
+    isa = [f for f in HEADER_ISA if f in flags]
+    return f"{cpuinfo_field('model name', root) or 'unknown CPU'} ({' '.join(isa) or 'no AVX2'})"
+
+
 def cpu_clock_mhz(root: str = "/") -> float | None:
     """The first "cpu MHz" of ``/proc/cpuinfo`` (None when absent)."""
     try:

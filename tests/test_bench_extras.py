@@ -90,3 +90,14 @@ def test_cpuinfo_fields(tmp_path):
     assert cpu_clock_mhz(str(tmp_path)) == 2450.0
     assert cpuinfo_field("flags", str(tmp_path)) is None
     assert cpu_clock_mhz(str(tmp_path / "nowhere")) is None
+
+
+def test_cpu_summary_names_the_model_and_the_kernel_isas(tmp_path):
+    from cosyvino.bench_extras import cpu_summary
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text(
+        "model name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx2 fma hypervisor\n", encoding="utf-8")
+    assert cpu_summary(str(tmp_path)) == "AMD EPYC 7B13 (avx2)"
+    (tmp_path / "proc" / "cpuinfo").write_text("processor\t: 0\n", encoding="utf-8")
+    assert cpu_summary(str(tmp_path)) == "unknown CPU (no AVX2)"
