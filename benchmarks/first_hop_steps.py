@@ -1,20 +1,23 @@
-"""Fewer CFM Euler steps for the first streamed hop only (issue 14, first-chunk latency):
-time to the first chunk, and what it costs the audio.
+"""The ``latency`` schedule's first hop (issue 14, first-chunk latency): its size in speech
+tokens and its CFM Euler steps, against time to the first chunk and what they cost the audio.
 
-The ``latency`` hop schedule's first hop (21 speech tokens) is what a listener waits for; its
-flow is 10 estimator calls. ``StreamConstants.first_hop_n_timesteps`` solves only that hop's
-ODE with fewer steps (later hops and a lone final hop keep the model's 10). Per variant
-(``--steps``, e.g. ``10,5,3``), interleaved run by run on one loaded Synthesizer:
+A variant is ``HOP+OVERLAP:STEPS`` (e.g. ``15+6:10``): the first hop of ``HOP`` tokens plus
+``OVERLAP`` overlap tokens (later hops double from ``HOP``), the mel cross-fade derived from the
+overlap (``floor(OVERLAP x 22050 / 256 / 50)`` frames, so the faded frames belong to the overlap
+tokens), the HiFT cache of the shipped schedule, and ``STEPS`` Euler steps for the first hop
+only (``StreamConstants.first_hop_n_timesteps``; later hops and a lone final hop keep the
+model's 10). Per variant, interleaved run by run on one loaded Synthesizer:
 
 * first chunk: ``Synthesizer.stream`` of a one-sentence text, wall seconds to the first chunk
-  (median of ``--runs``), LLM included;
-* audio: the same fixed speech tokens and draws streamed with each variant (token-to-wav, no
-  LLM): log-mel L1 and log-spectral distance (:mod:`cosyvino.quantize.metrics`, the bench's
-  ODE-step measures) against the 10-step stream over the first chunk and over the whole
-  utterance (random-weight models give relative numbers only).
+  (median and min of ``--runs``), LLM included;
+* audio: the same fixed speech tokens and draws (token-to-wav, no LLM) streamed with the
+  variant, against the whole-segment computation of those tokens and draws (``segment``):
+  log-mel L1 and log-spectral distance (:mod:`cosyvino.quantize.metrics`) over the first
+  chunk, within 5 frames of a join and over the whole utterance. Random-weight models
+  (``cosyvino make-model``) give relative numbers only.
 
     python benchmarks/first_hop_steps.py --model-dir D/openvino-int8 --backend openvino \\
-        [--plan plan.toml] [--steps 10,5,3] [--runs 5]
+        [--plan plan.toml] [--variants 15+6:10,10+4:5] [--runs 5]
 """
 
 from __future__ import annotations
@@ -35,14 +38,31 @@ from cosyvino.quantize.metrics import log_spectral_distance, mel_l1
 from cosyvino.request import StreamingOptions, SynthesisRequest
 
 TEXT = "收到好友从远方寄来的生日礼物，那份意外的惊喜让我心中充满了甜蜜的快乐。"
+JOIN_FRAMES = 5
+MEL_FRAMES_PER_TOKEN = 22050 / 256 / 50  # v1: 50 speech tokens/s, 22.05 kHz, hop 256
 
 
-def set_first_hop_steps(n: int | None) -> None:
-    streaming.LATENCY = dataclasses.replace(streaming.LATENCY, first_hop_n_timesteps=n)
+def parse_variant(text: str, base: streaming.StreamConstants) -> streaming.StreamConstants:
+    """``"HOP+OVERLAP:STEPS"`` -> the latency constants with that first hop (see the module
+    docstring); raises ValueError on another spelling."""
+    hops, _, steps = text.partition(":")
+    hop, _, overlap = hops.partition("+")
+    hop_n, overlap_n, steps_n = int(hop), int(overlap), int(steps or 10)
+    if hop_n < 1 or overlap_n < 1 or steps_n < 1:
+        raise ValueError(f"variant {text!r}: hop, overlap and steps must be >= 1")
+    return dataclasses.replace(base, token_min_hop_len=hop_n, token_overlap_len=overlap_n,
+                               mel_overlap_len=int(overlap_n * MEL_FRAMES_PER_TOKEN),
+                               first_hop_n_timesteps=steps_n)
 
 
 def log_mel(wav: np.ndarray, sr: int) -> np.ndarray:
     return np.asarray(prompt_mel(wav, sr), np.float64)[0].T  # [T, 80]
+
+
+def stream_tokens(tts, tokens, spk, schedule):
+    req = SynthesisRequest(speech_tokens=tokens, voice=spk, seed=1,
+                           streaming=StreamingOptions(schedule))
+    return list(tts.submit(req))
 
 
 def main(argv=None) -> int:
@@ -50,7 +70,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--backend", default="openvino")
     ap.add_argument("--plan", help="plan file: its backend options (threads, precisions)")
-    ap.add_argument("--steps", default="10,5,3")
+    ap.add_argument("--variants", default="15+6:10,10+4:10,10+4:5",
+                    help="comma-separated HOP+OVERLAP:STEPS first hops")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=200, help="speech tokens of the audio check")
     a = ap.parse_args(argv)
@@ -60,47 +81,58 @@ def main(argv=None) -> int:
 
         plan = load_plan(a.plan)
         a.backend, opts = plan.backend, dict(plan.backend_options)
+    shipped = streaming.LATENCY
+    variants = {v: parse_variant(v, shipped) for v in a.variants.split(",")}
     tts = Synthesizer(a.model_dir, backend=a.backend, **opts)
     spk, sr = tts.speakers[0], tts.sample_rate
-    variants = [int(s) for s in a.steps.split(",")]
-    default = tts.config.flow.cfm.n_timesteps
-    first: dict[int, list[float]] = {v: [] for v in variants}
-    for n in variants:  # warm-up, each variant once
-        set_first_hop_steps(n)
-        with tts.stream(TEXT, spk, seed=0, hop_schedule="latency") as s:
-            next(iter(s))
-    for r in range(a.runs):
-        for n in variants:
-            set_first_hop_steps(n)
-            t0 = time.perf_counter()
-            with tts.stream(TEXT, spk, seed=r, hop_schedule="latency") as s:
+    first: dict[str, list[float]] = {v: [] for v in variants}
+    try:
+        for name, constants in variants.items():  # warm-up, each variant once
+            streaming.LATENCY = constants
+            with tts.stream(TEXT, spk, seed=0, hop_schedule="latency") as s:
                 next(iter(s))
-                first[n].append(time.perf_counter() - t0)
-    tokens = np.random.default_rng(0).integers(0, 4096, a.tokens)
-    audio = {}
-    for n in variants:
-        set_first_hop_steps(n)
-        req = SynthesisRequest(speech_tokens=tokens, voice=spk, seed=1,
-                               streaming=StreamingOptions("latency"))
-        chunks = list(tts.submit(req))
-        audio[n] = (chunks[0].samples.size, np.concatenate([c.samples for c in chunks]))
-    ref_first, ref = audio[default] if default in audio else audio[variants[0]]
-    ref_mel = log_mel(ref, sr)
-    print(f"CPU: {cpu_summary()}; {a.backend} {a.model_dir}; "
-          f"{a.runs} runs per variant, interleaved")
+        for r in range(a.runs):
+            for name, constants in variants.items():
+                streaming.LATENCY = constants
+                t0 = time.perf_counter()
+                with tts.stream(TEXT, spk, seed=r, hop_schedule="latency") as s:
+                    next(iter(s))
+                    first[name].append(time.perf_counter() - t0)
+        tokens = np.random.default_rng(0).integers(0, 4096, a.tokens)
+        ref = np.concatenate([c.samples for c in stream_tokens(tts, tokens, spk, "segment")])
+        ref_mel = log_mel(ref, sr).T  # [80, T]
+        audio = {}
+        for name, constants in variants.items():
+            streaming.LATENCY = constants
+            audio[name] = stream_tokens(tts, tokens, spk, "latency")
+    finally:
+        streaming.LATENCY = shipped
+    print(f"CPU: {cpu_summary()}; {a.backend} {a.model_dir}; {a.runs} runs per variant, "
+          f"interleaved; audio: {a.tokens} fixed speech tokens vs their whole-segment audio")
     print()
-    print("| first-hop ODE steps | first chunk p50 (s) | min (s) | first chunk: mel L1 / LSD (dB) "
-          "| whole utterance: mel L1 / LSD (dB) |")
-    print("|---:|---:|---:|---:|---:|")
-    n_first = max(1, ref_first // 256)
-    for n in variants:
-        mel = log_mel(audio[n][1], sr)
-        t = min(len(mel), len(ref_mel))
-        r, m = ref_mel[:t].T, mel[:t].T  # [80, T]
-        f = min(n_first, t)
-        print(f"| {n} | {statistics.median(first[n]):.3f} | {min(first[n]):.3f} | "
-              f"{mel_l1(r[:, :f], m[:, :f]):.4f} / {log_spectral_distance(r[:, :f], m[:, :f]):.2f}"
-              f" | {mel_l1(r, m):.4f} / {log_spectral_distance(r, m):.2f} |")
+    print("| first hop (tokens) | first-hop ODE steps | mel cross-fade (frames) "
+          "| first chunk p50 / min (s) | first chunk (ms of audio) | mel L1 / LSD (dB) vs segment:"
+          " first chunk | near joins | whole utterance |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, constants in variants.items():
+        chunks = audio[name]
+        mel = log_mel(np.concatenate([c.samples for c in chunks]), sr).T
+        t = min(mel.shape[1], ref_mel.shape[1])
+        r, m = ref_mel[:, :t], mel[:, :t]
+        f = min(max(1, chunks[0].samples.size // 256), t)
+        near = np.zeros(t, bool)
+        for j in np.cumsum([c.samples.size for c in chunks])[:-1] // 256:
+            near[max(0, j - JOIN_FRAMES):min(t, j + JOIN_FRAMES)] = True
+
+        def dist(sel):
+            return f"{mel_l1(r[:, sel], m[:, sel]):.4f} / {log_spectral_distance(r[:, sel], m[:, sel]):.2f}"
+
+        hop = f"{constants.token_min_hop_len} + {constants.token_overlap_len}"
+        print(f"| {hop} | {constants.first_hop_n_timesteps} | {constants.mel_overlap_len} | "
+              f"{statistics.median(first[name]):.3f} / {min(first[name]):.3f} | "
+              f"{1000 * chunks[0].samples.size / sr:.0f} | {dist(slice(0, f))} | "
+              f"{dist(near)} | {dist(slice(0, t))} |")
+    tts.close()
     return 0
 
 

@@ -161,16 +161,16 @@ def test_token_hops_same_audio_however_stepped(tts, schedule):
 
 
 def test_latency_schedule_first_chunk_after_few_tokens(tts):
-    """The first chunk of the latency schedule is emitted once 21 tokens are decoded (hop 15 +
-    overlap 6), while the LLM still has the rest of the segment to decode."""
+    """The first chunk of the latency schedule is emitted once 14 tokens are decoded (hop 10 +
+    overlap 4), while the LLM still has the rest of the segment to decode."""
     req = SynthesisRequest("你好，世界。", tts.speakers[0], seed=1, num_speech_tokens=100)
     state = tts.engine.start(req)
     while True:
         out = tts.engine.step(state)
         if out:
             break
-    assert len(state.program.tokens) == 21
-    assert out[0].speech_tokens.size == 15 and out[0].stats["chunk"] == 0
+    assert len(state.program.tokens) == 14
+    assert out[0].speech_tokens.size == 10 and out[0].stats["chunk"] == 0
     state.cancel.set()
     with pytest.raises(SynthesisCancelled):
         tts.engine.step(state)
@@ -352,9 +352,10 @@ def test_token_hop_policy_matches_the_official_windows_token_by_token(n):
         got += p.due(n, finished=True)
         assert p.due(n, finished=True) == []
         assert [(h.start, h.stop, h.finalize) for h in got] == hop_windows(n, constants)
-    # the latency schedule: first hop 15 (+6 overlap), then doubling up to 200
-    assert [(a, b) for a, b, _ in hop_windows(500, LATENCY)][:5] == [
-        (0, 21), (15, 51), (45, 111), (105, 231), (225, 431)]
+    # the latency schedule: first hop 10 (+4 overlap), then doubling up to 200
+    assert hop_windows(500, LATENCY) == [
+        (0, 14, False), (10, 34, False), (30, 74, False), (70, 154, False), (150, 314, False),
+        (310, 500, True)]
 
 
 def test_first_chunk_gets_the_cores_then_the_lanes_overlap(tts):
@@ -366,7 +367,7 @@ def test_first_chunk_gets_the_cores_then_the_lanes_overlap(tts):
     assert prog.ready_lanes() == ("llm",)
     while prog.ready_lanes() == ("llm",):
         tts.engine.step(state, "llm")
-    assert prog.ready_lanes() == ("audio",) and len(prog.tokens) == 21
+    assert prog.ready_lanes() == ("audio",) and len(prog.tokens) == 14  # hop 10 + overlap 4
     out = []
     while not out:
         out = tts.engine.step(state, "audio")

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 from cosyvino import Synthesizer  # noqa: E402
 from cosyvino.families.cosyvoice1.official_stream import (  # noqa: E402
-    OfficialTokenHopStream, StreamConstants, hop_windows)
+    OfficialTokenHopStream, StreamConstants, hop_windows, stream_mel_frames)
 from cosyvino.families.cosyvoice1.length_regulation import (  # noqa: E402
     mel_frames_for_tokens)
 from conftest import TINY_A  # noqa: E402
@@ -204,3 +204,23 @@ def test_first_hop_steps_apply_to_a_first_hop_that_is_not_the_last():
     assert wav_few[0].shape == wav_full[0].shape and not np.allclose(wav_few[0], wav_full[0])
     assert run(few, [(0, 30, True)])[1] == [None]   # a lone final hop keeps full quality
     assert run(few, windows, n_timesteps=2)[1] == [2, 2]   # never more than asked
+
+
+@pytest.mark.parametrize("n", [14, 30, 57, 130])
+def test_stream_mel_frames_is_what_a_stream_emits(n):
+    """``stream_mel_frames`` x 256 = the samples a token-hop stream emits, for both token-hop
+    schedules (it may differ from the whole segment's frames by the windows' rounding)."""
+    from cosyvino.families.cosyvoice1.streaming import LATENCY
+
+    tts = _tts(TINY_A)
+    g = _golden(TINY_A)
+    tokens = np.resize(g["speech_tokens"].numpy(), n)
+    for constants in (StreamConstants(), LATENCY):
+        st = OfficialTokenHopStream(tts.stages, g["embedding"].numpy(), constants=constants,
+                                    pipeline=tts.pipeline)
+        rng = np.random.default_rng(0)
+        total = sum(st.hop(tokens[a:b], fin, rng=rng).size
+                    for a, b, fin in hop_windows(n, constants))
+        assert total == stream_mel_frames(n, constants) * 256
+    # 30 tokens in the latency hops (14, then 20) round to one frame more than the segment
+    assert (stream_mel_frames(30, LATENCY), mel_frames_for_tokens(30)) == (52, 51)

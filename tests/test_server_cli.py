@@ -183,14 +183,15 @@ def test_subprocess_serve_drains_in_flight_request_on_sigterm(plan_file, tmp_pat
         import soundfile as sf
 
         samples, rate = sf.read(io.BytesIO(result["body"]), dtype="int16")
-        from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
-
+        from cosyvino.families.cosyvoice1.official_stream import stream_mel_frames
+        from cosyvino.families.cosyvoice1.streaming import LATENCY
         from cosyvino.frontend import TextFrontend
 
-        # every segment has exactly 30 speech tokens: the whole text arrived, not a prefix
+        # every segment has exactly 30 speech tokens in the default (latency) hops: the whole
+        # text arrived, not a prefix
         n_segments = len(TextFrontend().segments(text))
         assert n_segments >= 2
-        assert samples.shape[0] == n_segments * mel_frames_for_tokens(30) * 256
+        assert samples.shape[0] == n_segments * stream_mel_frames(30, LATENCY) * 256
         # a clean drain exits 0 (uvicorn alone re-raises the signal: -15)
         assert proc.wait(60) == 0
     finally:

@@ -186,12 +186,14 @@ class AvFormat:
     options: dict = field(default_factory=dict)
 
 
-#: response format -> how PyAV makes it. Ogg pages are closed every 40 ms of audio (the
-#: muxer's default is 1 s, which would hold back the first second of every stream).
+#: response format -> how PyAV makes it. Ogg pages are closed every 20 ms of audio, one Opus
+#: frame each (the muxer's default is 1 s, which would hold back the first second of every
+#: stream; with 40 ms pages the latency schedule's 116 ms first chunk decoded to nothing until
+#: the next chunk arrived).
 AV_FORMATS = {
     "mp3": AvFormat("mp3", "libmp3lame", "fltp", bit_rate=64000),
     "opus": AvFormat("ogg", "libopus", "flt", rate=OPUS_RATE, bit_rate=32000,
-                     options={"page_duration": "40000"}),
+                     options={"page_duration": "20000"}),
     "flac": AvFormat("flac", "flac", "s16"),
     "aac": AvFormat("adts", "aac", "fltp", bit_rate=64000),
 }

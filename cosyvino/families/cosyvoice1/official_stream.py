@@ -78,6 +78,18 @@ def hop_windows(n_tokens: int, constants: StreamConstants = StreamConstants()
     return out
 
 
+def stream_mel_frames(n_tokens: int, constants: StreamConstants = StreamConstants(), *,
+                      token_rate: int = 50, sample_rate: int = 22050, hop: int = 256) -> int:
+    """Mel frames (x ``hop`` = samples) a token-hop stream of ``n_tokens`` tokens emits at
+    speed 1, no prompt: every window's frames (:func:`mel_frames_for_tokens`) less the
+    ``mel_overlap_len`` frames each cross-fade merges. It can differ by a frame or two from the
+    whole-segment ``mel_frames_for_tokens(n_tokens)``: each window rounds down on its own."""
+    windows = hop_windows(n_tokens, constants)
+    frames = sum(mel_frames_for_tokens(b - a, token_rate=token_rate, sample_rate=sample_rate,
+                                       hop=hop) for a, b, _ in windows)
+    return frames - constants.mel_overlap_len * (len(windows) - 1)
+
+
 def fade_in_out(fade_in: np.ndarray, fade_out: np.ndarray, window: np.ndarray) -> np.ndarray:
     """Upstream ``fade_in_out``: the first ``len(window)//2`` entries (last axis) of ``fade_in``
     become ``fade_in * window[:n] + fade_out[-n:] * window[n:]``; computed in float64 (the

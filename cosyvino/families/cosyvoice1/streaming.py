@@ -8,10 +8,13 @@ Schedules (a request's ``streaming.hop_schedule``):
 * ``official``: the official v1 token hops (``CosyVoiceModel`` constants: hop 100 tokens,
   overlap 20, mel cross-fade 34 frames, HiFT cache 20 frames / 5120 samples; architecture
   sheet section 7). First audio after 120 speech tokens (2.4 s of speech) are decoded.
-* ``latency``: the same algorithm with a small first hop that doubles (15, 30, 60, 120, 200
-  tokens ...) and shorter overlaps/caches, so the first chunk leaves after 21 speech tokens.
-  Why these numbers, and what the shorter joins cost in mel distance against ``official``:
-  docs/performance.md, "Token-level streaming".
+* ``latency``: the same algorithm with a small first hop that doubles (10, 20, 40, 80, 160,
+  200 tokens ...), a 4-token overlap with a 6-frame mel cross-fade and an 8-frame HiFT cache,
+  and the first hop's ODE solved in 5 Euler steps instead of 10 (a first hop that is also the
+  segment's last keeps 10), so the first chunk leaves after 14 speech tokens. Why these
+  numbers (measured first-chunk time and mel distance of each candidate first hop) and what
+  the shorter joins cost against ``official``: docs/performance.md, "Token-level streaming"
+  and "First chunk: the latency schedule's first hop".
 
 A hop is a window of tokens ``[start, stop)`` of the segment plus ``finalize`` (the last hop of
 the segment). The windows depend only on token counts, never on timing, so a seed gives the same
@@ -26,11 +29,13 @@ from .official_stream import StreamConstants
 
 #: the official v1 constants (``CosyVoiceModel.__init__``)
 OFFICIAL = StreamConstants()
-#: the latency-first schedule (see the module docstring); mel overlap ~ 1.72 frames per token
-#: (22050 / 256 / 50), HiFT source cache = mel cache x hop 256
-LATENCY = StreamConstants(token_min_hop_len=15, token_max_hop_len=200, token_overlap_len=6,
-                          mel_overlap_len=10, mel_cache_len=8, source_cache_len=8 * 256,
-                          stream_scale_factor=2)
+#: the latency-first schedule (see the module docstring). The mel cross-fade is the whole
+#: frames the overlap tokens make (4 x 22050 / 256 / 50 = 6.9 -> 6, as upstream's 20 tokens ->
+#: 34 frames), so the faded frames belong to tokens both hops saw; HiFT source cache = mel
+#: cache x hop 256
+LATENCY = StreamConstants(token_min_hop_len=10, token_max_hop_len=200, token_overlap_len=4,
+                          mel_overlap_len=6, mel_cache_len=8, source_cache_len=8 * 256,
+                          stream_scale_factor=2, first_hop_n_timesteps=5)
 
 
 @dataclass(frozen=True)
