@@ -61,6 +61,8 @@ def test_speakers_info_backends(tiny_model_dir):
     r = CliRunner().invoke(main, ["info", "--model-dir", str(tiny_model_dir), "--json"])
     data = json.loads(r.output)
     assert data["synthetic"] is True and data["sample_rate"] == 22050
+    # a base model with its prompt models: the cloning modes and sft, not instruct
+    assert data["modes"] == "zero_shot, cross_lingual, vc, sft"
     r = CliRunner().invoke(main, ["backends"])
     assert r.exit_code == 0
     assert any(line.startswith("torch: ") for line in r.output.splitlines())
@@ -125,6 +127,7 @@ def test_speakers_and_info_on_converted_dir(request, fixture, runtime):
         assert info[key] == src_info[key], key
     assert info["sample_rate"] == 22050
     assert info["speakers"] == ", ".join(res["speakers"])
+    assert info["modes"] == src_info["modes"] and "sft" in info["modes"]
     ext = ".xml" if runtime == "openvino" else ".onnx"
     assert {f"llm{ext}", "speakers.json", "speakers.npy"} <= set(info["files"])
     assert all(v.endswith(" MB") or " MB (" in v for v in info["files"].values())

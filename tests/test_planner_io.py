@@ -102,6 +102,15 @@ def test_cli_plan_on_this_machine(tmp_path):
     assert plan.probe["physical_cores"] <= len(plan.probe["affinity"])
 
 
+def test_cli_plan_writes_an_absolute_model_dir(tmp_path, monkeypatch):
+    """A plan made with a relative --model-dir still names that dir when `serve --plan` runs
+    from another working directory."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["plan", "--model-dir", "nomodel", "--out", "plan.toml"])
+    assert r.exit_code == 0, r.output
+    assert load_plan(str(tmp_path / "plan.toml")).model_dir == str(tmp_path / "nomodel")
+
+
 def test_cli_json_k8s_and_refusal(tmp_path):
     r = CliRunner().invoke(main, ["plan", "--model-dir", str(tmp_path), "--no-write", "--json",
                                   "--goal", "throughput"])

@@ -229,6 +229,7 @@ def test_models_and_voices(server, synth):
     assert r.status_code == 200
     ids = [m["id"] for m in r.json()["data"]]
     assert "tts-1" in ids and all(m["object"] == "model" for m in r.json()["data"])
+    assert all(m["modes"] == synth.modes for m in r.json()["data"]) and "sft" in synth.modes
     r = httpx.get(server.url + "/v1/audio/voices")
     assert r.status_code == 200
     assert [v["id"] for v in r.json()["voices"]] == synth.speakers

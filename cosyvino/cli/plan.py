@@ -30,8 +30,9 @@ def parse_bytes(text: str) -> int:
 
 
 @click.command("plan")
-@click.option("--model-dir", type=click.Path(file_okay=False), default=None,
-              help="Model to plan for (default: the embedded default model dir).")
+@click.option("--model-dir", type=click.Path(file_okay=False, resolve_path=True), default=None,
+              help="Model to plan for (default: the embedded default model dir); written to "
+                   "the plan as an absolute path, so `serve --plan` works from any directory.")
 @click.option("--out", default="plan.toml", show_default=True,
               help="Plan file to write (TOML; .json writes JSON).")
 @click.option("--no-write", is_flag=True, help="Print only; do not write the plan file.")

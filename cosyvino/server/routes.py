@@ -335,8 +335,11 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         synth = state.synth()
         name = os.path.basename(os.path.normpath(synth.model_dir)) or "cosyvoice"
         created = int(state.started_at)
+        # "modes" (cosyvino extension): what this checkpoint can do (sft, zero_shot, ...);
+        # every id names the same loaded model
         return {"object": "list", "data": [
-            {"id": mid, "object": "model", "created": created, "owned_by": "cosyvino"}
+            {"id": mid, "object": "model", "created": created, "owned_by": "cosyvino",
+             "modes": synth.modes}
             for mid in (name, *OPENAI_MODEL_ALIASES)]}
 
     @app.get("/v1/audio/voices")

@@ -50,6 +50,7 @@ def model_info(model_dir: str) -> dict:
         "files": files,
         "parameters": params,
         "speakers": ", ".join(speakers),
+        "modes": _modes(model_dir, speakers),
     }
 
 
@@ -62,6 +63,7 @@ def _converted_info(conv_dir: str, cfg, synthetic: bool) -> dict:
         p = os.path.join(conv_dir, name)
         size = f"{os.path.getsize(p) / 1e6:.1f} MB" if os.path.isfile(p) else "missing"
         files[name] = f"{size} ({rec['precision']})" if rec.get("precision") else size
+    speakers = read_speaker_names(conv_dir)
     return {
         "path": os.path.abspath(conv_dir),
         "converted": manifest_runtime(manifest),
@@ -69,8 +71,16 @@ def _converted_info(conv_dir: str, cfg, synthetic: bool) -> dict:
         "synthetic": synthetic,
         **_config_summary(cfg),
         "files": files,
-        "speakers": ", ".join(read_speaker_names(conv_dir)),
+        "speakers": ", ".join(speakers),
+        "modes": _modes(conv_dir, speakers),
     }
+
+
+def _modes(model_dir: str, speakers) -> str:
+    """The modes a Synthesizer offers on ``model_dir`` (:func:`.modes.modes_for`), comma-joined."""
+    from cosyvino.families.cosyvoice1.modes import modes_for
+
+    return ", ".join(modes_for(model_dir, list(speakers)))
 
 
 def _config_summary(cfg) -> dict:

@@ -10,8 +10,9 @@ Schedules (a request's ``streaming.hop_schedule``):
   sheet section 7). First audio after 120 speech tokens (2.4 s of speech) are decoded.
 * ``latency``: the same algorithm with a small first hop that doubles (10, 20, 40, 80, 160,
   200 tokens ...), a 4-token overlap with a 6-frame mel cross-fade and an 8-frame HiFT cache,
-  and the first hop's ODE solved in 5 Euler steps instead of 10 (a first hop that is also the
-  segment's last keeps 10), so the first chunk leaves after 14 speech tokens. Why these
+  and the first hop's ODE solved in 3 Euler steps instead of 10 (a first hop that is also the
+  segment's last keeps 10; later hops have 10), so the first chunk leaves after 14 speech
+  tokens and 3 estimator calls. Why these
   numbers (measured first-chunk time and mel distance of each candidate first hop) and what
   the shorter joins cost against ``official``: docs/performance.md, "Token-level streaming"
   and "First chunk: the latency schedule's first hop".
@@ -35,7 +36,7 @@ OFFICIAL = StreamConstants()
 #: cache x hop 256
 LATENCY = StreamConstants(token_min_hop_len=10, token_max_hop_len=200, token_overlap_len=4,
                           mel_overlap_len=6, mel_cache_len=8, source_cache_len=8 * 256,
-                          stream_scale_factor=2, first_hop_n_timesteps=5)
+                          stream_scale_factor=2, first_hop_n_timesteps=3)
 
 
 @dataclass(frozen=True)
