@@ -254,6 +254,18 @@ def test_voice_lifecycle_over_http(server, tts):
     sft = pcm(r)
     np.testing.assert_array_equal(sft, expected(tts, TEXT, "alice", seed=2, mode="sft"))
     assert not np.array_equal(sft, want)
+    # /inference_vc speaks the source in a registered voice (spk_id), as with its recording
+    r = post(server, "/inference_vc", {"spk_id": "alice", "seed": "5"},
+             {"source_wav": ("source.wav", SOURCE)})
+    vc = pcm(r)
+    np.testing.assert_array_equal(vc, expected(tts, voice="alice", seed=5, source_audio=SOURCE))
+    np.testing.assert_array_equal(vc, expected(tts, seed=5, source_audio=SOURCE,
+                                               prompt_audio=PROMPT))
+    r = post(server, "/inference_vc", {"spk_id": "alice"},
+             {"source_wav": ("s.wav", SOURCE), "prompt_wav": ("p.wav", PROMPT)})
+    assert_error(r, 400, "spk_id", "invalid_value", "not both")
+    r = post(server, "/inference_vc", {"spk_id": "nobody"}, {"source_wav": ("s.wav", SOURCE)})
+    assert_error(r, 400, "spk_id", "unknown_voice", "unknown speaker 'nobody'")
     # the same name again: 409; overwrite: replaced
     r = post(server, "/v1/audio/voices", {"name": "alice"}, {"file": ("a.wav", OTHER)})
     assert_error(r, 409, "name", "voice_exists")

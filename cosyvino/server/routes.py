@@ -410,9 +410,11 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
 
     _get_and_post(app, "/inference_sft", inference_sft, openapi_form_body(SftForm))
 
-    def cosyvoice_mode_endpoint(path: str, form_cls, uploads: tuple[str, ...]):
+    def cosyvoice_mode_endpoint(path: str, form_cls, uploads: tuple[str, ...],
+                                required: tuple[str, ...] | None = None):
         """One of the official server's prompt / instruct endpoints (GET or POST; fields from
-        the query string and the body, files as multipart uploads)."""
+        the query string and the body, files as multipart uploads; ``required``: the uploads
+        the OpenAPI schema marks required, default all)."""
 
         async def endpoint(request: Request):
             check_auth(request)
@@ -423,13 +425,15 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             return await start_synthesis(form.params(files))
 
         endpoint.__name__ = path.strip("/")
-        _get_and_post(app, path, endpoint, openapi_form_body(form_cls, files=uploads,
-                                                             required_files=uploads))
+        _get_and_post(app, path, endpoint, openapi_form_body(
+            form_cls, files=uploads, required_files=uploads if required is None else required))
 
     cosyvoice_mode_endpoint("/inference_zero_shot", ZeroShotForm, ("prompt_wav",))
     cosyvoice_mode_endpoint("/inference_cross_lingual", CrossLingualForm, ("prompt_wav",))
     cosyvoice_mode_endpoint("/inference_instruct", InstructForm, ())
-    cosyvoice_mode_endpoint("/inference_vc", VcForm, ("source_wav", "prompt_wav"))
+    # the voice: prompt_wav, or spk_id naming a registered voice (checked by VcForm)
+    cosyvoice_mode_endpoint("/inference_vc", VcForm, ("source_wav", "prompt_wav"),
+                            required=("source_wav",))
 
     # ---- operations --------------------------------------------------------------------------
     @app.get("/health")

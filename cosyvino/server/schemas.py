@@ -405,12 +405,26 @@ class InstructForm(_CosyVoiceForm):
 
 
 class VcForm(_CosyVoiceForm):
-    """``/inference_vc``: the files ``source_wav`` (what is said) and ``prompt_wav`` (the
-    voice); no text."""
+    """``/inference_vc``: the file ``source_wav`` (what is said) and the voice: the file
+    ``prompt_wav``, or (extension) ``spk_id`` naming a registered voice; no text.
+
+    Raises (from :meth:`params`): APIError 400 ``missing_required_parameter`` without
+    ``source_wav`` or without any voice, ``invalid_value`` with both ``prompt_wav`` and
+    ``spk_id``."""
+
+    spk_id: Annotated[str, BeforeValidator(str)] | None = None
 
     def params(self, files: dict) -> SpeechParams:
-        return self._params("", None, mode="vc", source_audio=_need_file(files, "source_wav"),
-                            prompt_audio=_need_file(files, "prompt_wav"), fields=UPLOAD_FIELDS)
+        source = _need_file(files, "source_wav")
+        if self.spk_id is None:
+            return self._params("", None, mode="vc", source_audio=source,
+                                prompt_audio=_need_file(files, "prompt_wav"),
+                                fields=UPLOAD_FIELDS)
+        if files.get("prompt_wav") is not None:
+            raise APIError(400, "give the target voice as 'prompt_wav' or as 'spk_id' (a "
+                           "registered voice), not both", param="spk_id", code="invalid_value")
+        return self._params("", self.spk_id, mode="vc", source_audio=source,
+                            fields=UPLOAD_FIELDS)
 
 
 # ---- POST /v1/audio/voices -------------------------------------------------------------------
