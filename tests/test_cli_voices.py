@@ -148,6 +148,16 @@ def test_every_mode_writes_the_library_audio(case, stream, tiny_model_dir, instr
         assert len(got) > 0
 
 
+def test_mode_errors_name_the_cli_options(instruct_dir, tmp_path):
+    """A library mode error reaches the CLI user with the option names (--prompt-wav), not
+    the library's argument names (prompt_audio)."""
+    r = run("synth", TEXT, "--prompt-wav", PROMPT, "--prompt-text", PROMPT_TEXT, "--model-dir",
+            instruct_dir, "-o", tmp_path / "x.wav")
+    assert r.exit_code == 2
+    assert "nearest mode: --prompt-wav is not used by mode 'sft'" in r.output
+    assert "prompt_audio" not in r.output and not (tmp_path / "x.wav").exists()
+
+
 def _bad(tmp_path):
     rng = np.random.default_rng(0)
     speech = lambda s, rate=16000: (0.1 * rng.standard_normal(int(rate * s))  # noqa: E731

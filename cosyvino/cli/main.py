@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import click
@@ -400,7 +401,18 @@ def _check_text_option(value: str | None, option: str) -> str | None:
     return value
 
 
-def _run_synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_schedule, speed,
+def _run_synthesis(ctx, **kwargs):
+    """:func:`_synthesis` with the library's mode-input names in its InputErrors given as this
+    CLI's options (:func:`with_cli_names`)."""
+    try:
+        _synthesis(ctx, **kwargs)
+    except InputError as e:
+        if type(e) is not InputError:  # typed subclasses keep their own message
+            raise
+        raise InputError(with_cli_names(str(e))) from None
+
+
+def _synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_schedule, speed,
                    seed, num_speech_tokens, n_timesteps, voices_dir, plan_path, backend, threads, as_json,
                    mode=None, prompt_wav=None, prompt_text=None, instruct=None,
                    source_wav=None, command="synth"):
@@ -463,6 +475,18 @@ def _run_synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_sche
         echo(_stage_table(stats))
         echo(f"wrote {output} ({mode_used}, voice {who}, backend {run['backend']}): "
              f"{_summary(stats)}")
+
+
+#: the library's names of the mode inputs (in its error messages) -> the CLI's options
+CLI_INPUT_NAMES = {"prompt_audio": "--prompt-wav", "prompt_text": "--prompt-text",
+                   "instruction": "--instruct", "source_audio": "--source-wav"}
+
+
+def with_cli_names(message: str) -> str:
+    """``message`` (a library InputError's) with the mode inputs named as the CLI options
+    that give them (``prompt_audio`` -> ``--prompt-wav``, ...)."""
+    return re.sub(r"\b(" + "|".join(CLI_INPUT_NAMES) + r")\b",
+                  lambda m: CLI_INPUT_NAMES[m.group(1)], message)
 
 
 def _mode_of(synth_, request) -> str | None:
