@@ -24,6 +24,12 @@ class StageTimes:
             self.seconds[stage] += time.perf_counter() - start
             self.calls[stage] += 1
 
+    def add(self, stage: str, seconds: float, calls: int = 1) -> None:
+        """Account ``seconds`` and ``calls`` to ``stage`` (for a stage timed as a whole but
+        made of several backend calls, e.g. the estimator calls of one ODE solve)."""
+        self.seconds[stage] += seconds
+        self.calls[stage] += calls
+
     def merge(self, other: "StageTimes") -> None:
         for k, v in other.seconds.items():
             self.seconds[k] += v

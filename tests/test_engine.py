@@ -390,3 +390,19 @@ def test_voice_keyword_is_another_name_of_speaker(tts):
     np.testing.assert_array_equal(a.samples, b.samples)
     with pytest.raises(TypeError, match="not both"):
         tts.request("你好。", tts.speakers[0], voice=tts.speakers[1])
+
+
+def test_stage_stats_count_estimator_calls_in_every_schedule(tts):
+    """``flow_estimator`` calls are estimator calls (Euler steps), streamed or not, and a
+    streamed hop reports its flow encoder apart: the latency schedule's first hop solves in
+    its 3 steps, later hops in the model's 10."""
+    spk = tts.speakers[0]
+    whole = tts.synthesize("你好，世界。", spk, seed=1, num_speech_tokens=40)
+    st = whole.stats["stages"]
+    assert st["flow_estimator"]["calls"] == 10 and st["flow_encoder"]["calls"] == 1
+    with tts.stream("你好，世界。", spk, seed=1, num_speech_tokens=40) as s:
+        chunks = list(s)
+    assert len(chunks) >= 2
+    first, second = chunks[0].stats["stages"], chunks[1].stats["stages"]
+    assert first["flow_estimator"]["calls"] == 3 and first["flow_encoder"]["calls"] == 1
+    assert second["flow_estimator"]["calls"] == 10 and second["flow_encoder"]["calls"] == 1

@@ -35,6 +35,7 @@ from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
 from cosyvino.families.cosyvoice1.nsf import draw_source_noise
 from cosyvino.families.cosyvoice1.pipeline import Pipeline, linear_resize_time
 from cosyvino.families.cosyvoice1.stages import CosyVoice1Stages
+from cosyvino.timing import StageTimes
 
 
 @dataclass(frozen=True)
@@ -161,10 +162,10 @@ class OfficialTokenHopStream:
 
     def _flow(self, tokens: np.ndarray, noise: np.ndarray,
               before_step: Callable[[], None] | None = None,
-              n_timesteps: int | None = None) -> np.ndarray:
+              n_timesteps: int | None = None, times: StageTimes | None = None) -> np.ndarray:
         inputs = self.pipeline.flow_inputs(tokens, self.embedding,
                                            prompt_token=self.prompt_token,
-                                           prompt_feat=self.prompt_feat)
+                                           prompt_feat=self.prompt_feat, times=times)
         mu, m1 = inputs.mu, inputs.prompt_frames
         m = mu.shape[-1]
         z = np.array(noise, dtype=np.float32, copy=True).reshape(1, mu.shape[1], -1)
@@ -178,7 +179,7 @@ class OfficialTokenHopStream:
         tail = self.constants.mel_overlap_len
         self.flow_cache = (np.concatenate([z[..., :m1], z[..., m - tail:]], axis=-1),
                            np.concatenate([mu[..., :m1], mu[..., m - tail:]], axis=-1))
-        return self.pipeline.solve_flow(z, inputs, before_step=before_step,
+        return self.pipeline.solve_flow(z, inputs, times, before_step=before_step,
                                         n_timesteps=n_timesteps or self.n_timesteps)
 
     # ---- vocoder ---------------------------------------------------------------------------
@@ -214,13 +215,15 @@ class OfficialTokenHopStream:
     # ---- one hop ----------------------------------------------------------------------------
     def flow_hop(self, tokens: np.ndarray, finalize: bool, noise: np.ndarray | None = None,
                  rng: np.random.Generator | None = None,
-                 before_step: Callable[[], None] | None = None) -> np.ndarray:
+                 before_step: Callable[[], None] | None = None,
+                 times: StageTimes | None = None) -> np.ndarray:
         """The flow half of a hop: ``tokens`` int [N] (this chunk's window, overlap included)
         -> the mel float32 [1, 80, T] the vocoder gets next (cached frames included; T =
         :meth:`vocoder_frames` at speed 1). ``noise`` float32 [1, 80, M1 + M2]
         (:meth:`flow_frames`) is the draw BEFORE the flow cache overwrites its first frames;
         None draws it from ``rng``. ``before_step`` runs before every estimator call (it may
-        raise to cancel). Call :meth:`vocoder_hop` next."""
+        raise to cancel); ``times`` gets ``flow_encoder`` and ``flow_estimator`` (one call
+        per estimator call), as the whole-segment path. Call :meth:`vocoder_hop` next."""
         if self.finished:
             raise InputError("the stream has already been finalized")
         if self._pending is not None:
@@ -234,7 +237,7 @@ class OfficialTokenHopStream:
                 raise InputError("hop needs rng or noise")
             noise = rng.standard_normal((1, self.config.flow.output_size,
                                          self.flow_frames(tokens.size)), dtype=np.float32)
-        mel = self._flow(tokens, noise, before_step, self._steps(finalize))
+        mel = self._flow(tokens, noise, before_step, self._steps(finalize), times)
         if self.mel_overlap.shape[-1]:
             mel = fade_in_out(mel, self.mel_overlap, self.mel_window)
         if not finalize:

@@ -9,6 +9,8 @@ fixed stage computations of :class:`.stages.CosyVoice1Stages`. Must not import t
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass
 from typing import Callable
 
@@ -249,16 +251,27 @@ class Pipeline:
                    n_timesteps: int | None = None) -> np.ndarray:
         """CFM Euler + CFG from ``noise`` float32 [1, 80, M] on ``inputs`` -> the generated
         part of the mel, float32 [1, 80, M - M1]. ``before_step`` runs before every estimator
-        call (raise there to stop); ``n_timesteps``: Euler steps (None: the config's)."""
+        call (raise there to stop); ``n_timesteps``: Euler steps (None: the config's).
+        ``times`` gets the solve's seconds as ``flow_estimator`` with one call per estimator
+        call (= Euler step)."""
         times = times or StageTimes()
         fcfg = self.config.flow
         mask = np.ones((1, 1, inputs.mu.shape[-1]), dtype=np.float32)
-        with times.measure("flow_estimator"):
-            mel = solve_euler_cfg(self.stages.estimate, noise, mask, inputs.mu, inputs.spks,
-                                  inputs.cond,
+        calls = 0
+
+        def estimate(*args):
+            nonlocal calls
+            calls += 1
+            return self.stages.estimate(*args)
+
+        start = time.perf_counter()
+        try:
+            mel = solve_euler_cfg(estimate, noise, mask, inputs.mu, inputs.spks, inputs.cond,
                                   n_timesteps=n_timesteps or fcfg.cfm.n_timesteps,
                                   cfg_rate=fcfg.cfm.inference_cfg_rate,
                                   before_step=before_step)
+        finally:
+            times.add("flow_estimator", time.perf_counter() - start, calls)
         return np.ascontiguousarray(mel[:, :, inputs.prompt_frames:])
 
     def tokens_to_mel(self, tokens: np.ndarray, embedding: np.ndarray,

@@ -278,9 +278,8 @@ class CosyVoice1Program(Program):
                     constants=policy(self.schedule).constants, speed=self.request.speed,
                     pipeline=self.pipeline, n_timesteps=self.request.n_timesteps)
                 self._streams[segment] = stream
-            with times.measure("flow_estimator"):
-                mel = stream.flow_hop(tokens, hop.finalize, noise=noise,
-                                      before_step=self.check_cancelled)
+            mel = stream.flow_hop(tokens, hop.finalize, noise=noise,
+                                  before_step=self.check_cancelled, times=times)
         self._hop = (segment, hop, tokens, times, mel)
 
     def _vocoder(self) -> Audio:
