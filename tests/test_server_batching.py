@@ -44,10 +44,12 @@ def test_batched_server_gives_each_request_its_own_audio(synth):
         for _ in range(3):  # concurrency is up to the threads: retry until a batch ran
             with ThreadPoolExecutor(3) as ex:
                 bodies = list(ex.map(post, range(3)))
-            if metric(server.url, "cosyvino_llm_batch_steps") > 0:
+            if metric(server.url, "cosyvino_llm_batch_mean_rows") > 1:
                 break
         assert metric(server.url, "cosyvino_llm_batch_steps") > 0
-        assert metric(server.url, "cosyvino_llm_batch_mean_rows") >= 2
+        # rows >= 1 in every step, so a mean above 1 means some step decoded several requests
+        # together (how many steps had company depends on when the threads arrived)
+        assert metric(server.url, "cosyvino_llm_batch_mean_rows") > 1
         assert metric(server.url, "cosyvino_llm_batch_rows") == 0  # nothing decoding now
         for body, want in zip(bodies, alone):  # one segment each: no join fades
             got, rate = sf.read(io.BytesIO(body), dtype="int16")
