@@ -31,14 +31,12 @@ import time
 import numpy as np
 
 from cosyvino import Synthesizer
-from cosyvino.bench_extras import cpu_summary
+from cosyvino.bench_extras import cpu_summary, join_mask, log_mel_frames
 from cosyvino.families.cosyvoice1 import streaming
-from cosyvino.frontend.features import prompt_mel
 from cosyvino.quantize.metrics import log_spectral_distance, mel_l1
 from cosyvino.request import StreamingOptions, SynthesisRequest
 
 TEXT = "收到好友从远方寄来的生日礼物，那份意外的惊喜让我心中充满了甜蜜的快乐。"
-JOIN_FRAMES = 5
 MEL_FRAMES_PER_TOKEN = 22050 / 256 / 50  # v1: 50 speech tokens/s, 22.05 kHz, hop 256
 
 
@@ -53,10 +51,6 @@ def parse_variant(text: str, base: streaming.StreamConstants) -> streaming.Strea
     return dataclasses.replace(base, token_min_hop_len=hop_n, token_overlap_len=overlap_n,
                                mel_overlap_len=int(overlap_n * MEL_FRAMES_PER_TOKEN),
                                first_hop_n_timesteps=steps_n)
-
-
-def log_mel(wav: np.ndarray, sr: int) -> np.ndarray:
-    return np.asarray(prompt_mel(wav, sr), np.float64)[0].T  # [T, 80]
 
 
 def stream_tokens(tts, tokens, spk, schedule):
@@ -100,7 +94,7 @@ def main(argv=None) -> int:
                     first[name].append(time.perf_counter() - t0)
         tokens = np.random.default_rng(0).integers(0, 4096, a.tokens)
         ref = np.concatenate([c.samples for c in stream_tokens(tts, tokens, spk, "segment")])
-        ref_mel = log_mel(ref, sr).T  # [80, T]
+        ref_mel = log_mel_frames(ref, sr)  # [80, T]
         audio = {}
         for name, constants in variants.items():
             streaming.LATENCY = constants
@@ -116,13 +110,11 @@ def main(argv=None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, constants in variants.items():
         chunks = audio[name]
-        mel = log_mel(np.concatenate([c.samples for c in chunks]), sr).T
+        mel = log_mel_frames(np.concatenate([c.samples for c in chunks]), sr)
         t = min(mel.shape[1], ref_mel.shape[1])
         r, m = ref_mel[:, :t], mel[:, :t]
         f = min(max(1, chunks[0].samples.size // 256), t)
-        near = np.zeros(t, bool)
-        for j in np.cumsum([c.samples.size for c in chunks])[:-1] // 256:
-            near[max(0, j - JOIN_FRAMES):min(t, j + JOIN_FRAMES)] = True
+        near = join_mask([c.samples.size for c in chunks], t)
 
         def dist(sel):
             return f"{mel_l1(r[:, sel], m[:, sel]):.4f} / {log_spectral_distance(r[:, sel], m[:, sel]):.2f}"

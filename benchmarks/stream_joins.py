@@ -21,14 +21,9 @@ import sys
 import numpy as np
 
 from cosyvino import Synthesizer
-from cosyvino.frontend.features import prompt_mel
+from cosyvino.bench_extras import JOIN_FRAMES, cpu_summary, join_mask, log_mel_frames
 from cosyvino.request import StreamingOptions, SynthesisRequest
 
-JOIN_FRAMES = 5
-
-
-def log_mel(wav: np.ndarray, sr: int) -> np.ndarray:
-    return np.asarray(prompt_mel(wav, sr), np.float64)[0].T  # [T, 80]
 
 
 def run(tts: Synthesizer, tokens: np.ndarray, schedule: str, speaker: str, seed: int):
@@ -58,19 +53,16 @@ def main(argv=None) -> int:
     for seed in range(a.seeds):
         tokens = np.random.default_rng(seed).integers(0, 4096, a.tokens)
         _, ref = run(tts, tokens, "segment", spk, seed)
-        ref_mel = log_mel(ref, sr)
+        ref_mel = log_mel_frames(ref, sr).T  # [T, 80]
         for schedule in ("official", "latency", "segment, another seed"):
             if schedule.startswith("segment"):  # the scale: same tokens, other draws
                 chunks, wav = run(tts, tokens, "segment", spk, seed + 1000)
             else:
                 chunks, wav = run(tts, tokens, schedule, spk, seed)
-            mel = log_mel(wav, sr)
+            mel = log_mel_frames(wav, sr).T
             n = min(len(mel), len(ref_mel))
             diff = np.abs(mel[:n] - ref_mel[:n]).mean(axis=1)
-            joins = np.cumsum([c.samples.size for c in chunks])[:-1] // 256
-            near = np.zeros(n, bool)
-            for j in joins:
-                near[max(0, j - JOIN_FRAMES):min(n, j + JOIN_FRAMES)] = True
+            near = join_mask([c.samples.size for c in chunks], n)
             r = rows.setdefault(schedule, {"all": [], "joins": [], "away": [], "chunks": 0,
                                            "first": 0.0, "len": []})
             r["all"].append(diff.mean())
@@ -79,10 +71,8 @@ def main(argv=None) -> int:
             r["chunks"] = len(chunks)
             r["first"] = chunks[0].duration
             r["len"].append(wav.size - ref.size)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "unknown CPU")
     print(f"model {a.model_dir}, {a.tokens} tokens, {a.seeds} seeds, backend {a.backend}, "
-          f"{cpu}")
+          f"CPU: {cpu_summary()}")
     print("| schedule | chunks | first chunk (s) | mean abs log-mel diff vs segment: all | "
           f"within {JOIN_FRAMES} frames of a join | away from joins | length diff (samples) |")
     print("|---|---:|---:|---:|---:|---:|---:|")

@@ -131,6 +131,32 @@ def measure_ode_steps(tts, text: str, speaker: str, tokens: int, steps,
     return rows
 
 
+#: frames on each side of a chunk join that count as "near the join" in the streaming
+#: audio measures (benchmarks/stream_joins.py, benchmarks/first_hop_steps.py)
+JOIN_FRAMES = 5
+
+
+def log_mel_frames(wav, sample_rate: int):
+    """Log-mel of a waveform for audio distances: float64 [80, T]
+    (:func:`cosyvino.frontend.features.prompt_mel`, the flow prompt's mel; hop 256)."""
+    import numpy as np
+
+    from .frontend.features import prompt_mel
+
+    return np.asarray(prompt_mel(wav, sample_rate), np.float64)[0]
+
+
+def join_mask(chunk_samples, n_frames: int, width: int = JOIN_FRAMES, hop: int = 256):
+    """bool [n_frames]: the mel frames within ``width`` frames of a join between consecutive
+    chunks of ``chunk_samples`` samples each (a join at the frame its samples end in)."""
+    import numpy as np
+
+    near = np.zeros(n_frames, bool)
+    for j in np.cumsum(list(chunk_samples))[:-1] // hop:
+        near[max(0, j - width):min(n_frames, j + width)] = True
+    return near
+
+
 @contextlib.contextmanager
 def busy_neighbour(cpu: int | None = None, limit_s: float = 3600.0):
     """A bounded busy-loop process (a noisy neighbour) on one CPU while the block runs.

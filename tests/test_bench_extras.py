@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
 import pytest
 
 from cosyvino.bench_extras import (busy_neighbour, estimator_gflop, fma_peak_gflops,
@@ -101,3 +102,20 @@ def test_cpu_summary_names_the_model_and_the_kernel_isas(tmp_path):
     assert cpu_summary(str(tmp_path)) == "AMD EPYC 7B13 (avx2)"
     (tmp_path / "proc" / "cpuinfo").write_text("processor\t: 0\n", encoding="utf-8")
     assert cpu_summary(str(tmp_path)) == "unknown CPU (no AVX2)"
+
+
+def test_join_mask_marks_frames_around_each_join_only():
+    from cosyvino.bench_extras import join_mask
+
+    # chunks of 10, 20 and 5 frames: joins at frames 10 and 30
+    near = join_mask([10 * 256, 20 * 256, 5 * 256], 35, width=2)
+    assert list(np.flatnonzero(near)) == [8, 9, 10, 11, 28, 29, 30, 31]
+    assert not join_mask([35 * 256], 35).any()          # one chunk: no join
+    assert join_mask([256, 256], 3, width=5).all()      # clipped at both ends
+
+
+def test_log_mel_frames_shape():
+    from cosyvino.bench_extras import log_mel_frames
+
+    mel = log_mel_frames(np.zeros(22050, np.float32) + 0.01, 22050)
+    assert mel.dtype == np.float64 and mel.shape[0] == 80 and 80 <= mel.shape[1] <= 87

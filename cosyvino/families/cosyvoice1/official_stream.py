@@ -79,15 +79,13 @@ def hop_windows(n_tokens: int, constants: StreamConstants = StreamConstants()
     return out
 
 
-def stream_mel_frames(n_tokens: int, constants: StreamConstants = StreamConstants(), *,
-                      token_rate: int = 50, sample_rate: int = 22050, hop: int = 256) -> int:
-    """Mel frames (x ``hop`` = samples) a token-hop stream of ``n_tokens`` tokens emits at
+def stream_mel_frames(n_tokens: int, constants: StreamConstants = StreamConstants()) -> int:
+    """Mel frames (x 256 = samples) a v1 token-hop stream of ``n_tokens`` tokens emits at
     speed 1, no prompt: every window's frames (:func:`mel_frames_for_tokens`) less the
     ``mel_overlap_len`` frames each cross-fade merges. It can differ by a frame or two from the
     whole-segment ``mel_frames_for_tokens(n_tokens)``: each window rounds down on its own."""
     windows = hop_windows(n_tokens, constants)
-    frames = sum(mel_frames_for_tokens(b - a, token_rate=token_rate, sample_rate=sample_rate,
-                                       hop=hop) for a, b, _ in windows)
+    frames = sum(mel_frames_for_tokens(b - a) for a, b, _ in windows)
     return frames - constants.mel_overlap_len * (len(windows) - 1)
 
 

@@ -12,10 +12,10 @@ Schedules (a request's ``streaming.hop_schedule``):
   200 tokens ...), a 4-token overlap with a 6-frame mel cross-fade and an 8-frame HiFT cache,
   and the first hop's ODE solved in 3 Euler steps instead of 10 (a first hop that is also the
   segment's last keeps 10; later hops have 10), so the first chunk leaves after 14 speech
-  tokens and 3 estimator calls. Why these
-  numbers (measured first-chunk time and mel distance of each candidate first hop) and what
-  the shorter joins cost against ``official``: docs/performance.md, "Token-level streaming"
-  and "First chunk: the latency schedule's first hop".
+  tokens and 3 estimator calls. Why these numbers (measured first-chunk time and mel distance
+  of each candidate first hop) and what the shorter joins cost against ``official``:
+  docs/performance.md, "Token-level streaming" and "First chunk: how the `latency`
+  schedule's first hop was chosen".
 
 A hop is a window of tokens ``[start, stop)`` of the segment plus ``finalize`` (the last hop of
 the segment). The windows depend only on token counts, never on timing, so a seed gives the same
