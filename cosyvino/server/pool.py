@@ -665,11 +665,12 @@ class SynthesisPool:
             running = self._running
         if self.metrics is not None:
             self.metrics.in_flight.set(running)
+        # set before the slot goes back: whoever gets the slot sees this job finished
+        job.finished.set()
         try:
             job.loop.call_soon_threadsafe(self._release)
         except RuntimeError:  # loop already closed (shutdown)
             pass
-        job.finished.set()
 
     @property
     def admitted(self) -> int:
