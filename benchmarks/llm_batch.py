@@ -64,7 +64,10 @@ def build_ir(config: str, seed: int):
     llm, flow, hift = build_modules(cfg)
     llm.eval().requires_grad_(False)
     model = TorchModel(os.path.dirname(os.path.abspath(config)), cfg, llm, flow, hift, {})
-    return cfg, convert_llm(model)
+    from cosyvino.families.cosyvoice1.serving_files import llm_tables
+
+    # with the positional projections the sessions' pos_keys inputs are made from
+    return cfg, convert_llm(model), llm_tables(model)["pos_weight"]
 
 
 def weight_bytes(model) -> int:
@@ -86,28 +89,32 @@ def fused_kv_cache(compiled) -> bool:
             for i in range(op.get_input_size())) for op in sdpa)
 
 
-def measure(compiled, cfg, batches, prefix: int, steps: int, warmup: int, rng) -> list[dict]:
+def measure(compiled, cfg, pos_weight, batches, prefix: int, steps: int, warmup: int, rng
+            ) -> list[dict]:
     """Every batch size (and its B-sessions loop) stepped round-robin, one step each per
     round, so a busy neighbour slows all of them alike (step-interleaved A/B); medians over
     ``steps`` rounds after ``warmup``."""
+    from cosyvino.export.openvino.model_patcher import POS_BUCKET
+    from cosyvino.families.cosyvoice1.positional import PositionalKeys
     from cosyvino_openvino.stages import OpenVINOLLMBatch, OpenVINOLLMSession
 
     d = cfg.llm.llm_input_size
     lcfg = cfg.llm.llm
     layers, heads = lcfg.num_blocks, lcfg.attention_heads
     dk = lcfg.output_size // heads
+    pos = PositionalKeys(pos_weight, heads, POS_BUCKET)
 
     def prefilled(b):
         out = []
         for i in range(b):
-            s = OpenVINOLLMSession(compiled)
+            s = OpenVINOLLMSession(compiled, pos)
             s.forward(rng.standard_normal((1, prefix - 7 * i, d), dtype=np.float32))
             out.append(s)
         return out
 
     runs = []
     for b in batches:
-        batch = OpenVINOLLMBatch(compiled)
+        batch = OpenVINOLLMBatch(compiled, pos)
         sessions = prefilled(b)
         t = time.perf_counter()
         for s in sessions:
@@ -168,13 +175,15 @@ def main(argv=None) -> int:
     labels = ["fp32", "int8"] if args.int8 else ["fp32"]
     paths = {k: os.path.join(args.ir_dir, f"llm_{k}.xml") for k in labels} if args.ir_dir \
         else {}
-    if paths and all(os.path.isfile(p) for p in paths.values()):
+    pos_path = os.path.join(args.ir_dir, "pos_weight.npy") if args.ir_dir else ""
+    if paths and all(os.path.isfile(p) for p in [*paths.values(), pos_path]):
         from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
         cfg = read_model_config(args.config)
+        pos_weight = np.load(pos_path)
         variants = [(k, core.read_model(p)) for k, p in paths.items()]
     else:
-        cfg, model = build_ir(args.config, 0)
+        cfg, model, pos_weight = build_ir(args.config, 0)
         variants = [("fp32", model)]
         if args.int8:
             import nncf
@@ -185,6 +194,8 @@ def main(argv=None) -> int:
         for k, m in variants if paths else ():
             os.makedirs(args.ir_dir, exist_ok=True)
             ov.save_model(m, paths[k], compress_to_fp16=False)
+        if paths:
+            np.save(pos_path, pos_weight)
     props = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": args.threads,
              "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
              "KV_CACHE_PRECISION": args.kv_cache_precision,
@@ -202,7 +213,8 @@ def main(argv=None) -> int:
         fused = fused_kv_cache(compiled)
         wbytes = weight_bytes(m)
         rng = np.random.default_rng(1)
-        rows = measure(compiled, cfg, batches, args.prefix, args.steps, args.warmup, rng)
+        rows = measure(compiled, cfg, pos_weight, batches, args.prefix, args.steps, args.warmup,
+                       rng)
         one = rows[0]["step_ms"] if rows[0]["batch"] == 1 else None
         for r in rows:
             copied = r["new_rows"] if fused else r["cache_read"]

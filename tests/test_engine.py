@@ -254,7 +254,9 @@ def test_builtin_family_registered_through_the_hook(tiny_model_dir):
                            "estimator", "hift_f0", "hift_source", "hift_decode"]
     assert table.components == ["llm", "flow", "vocoder"]
     llm = table["llm"]
-    assert [t.name for t in llm.data_inputs] == ["inputs_embeds", "attention_mask"]
+    layers = fam.read_config(str(tiny_model_dir)).llm.llm.num_blocks
+    assert [t.name for t in llm.data_inputs] == ["inputs_embeds", "attention_mask", "pos_offset",
+                                                 *(f"pos_keys.{i}" for i in range(layers))]
     assert len(llm.state) == 2 * fam.read_config(str(tiny_model_dir)).llm.llm.num_blocks
     with pytest.raises(ModelDirError, match="unknown model family"):
         get_family("nope")

@@ -46,7 +46,8 @@ def test_graphs_have_opset_17_dynamic_sequence_dims_and_explicit_cache(onnx_dir)
     llm = onnx.load(os.path.join(conv, "llm.onnx"), load_external_data=False)
     assert {o.domain: o.version for o in llm.opset_import}[""] >= 17
     names = [i.name for i in llm.graph.input]
-    assert names == ["inputs_embeds", "attention_mask"] + [
+    assert names == ["inputs_embeds", "attention_mask", "pos_offset"] + [
+        f"pos_keys.{i}" for i in range(layers)] + [
         f"past_key_values.{i}.{k}" for i in range(layers) for k in ("key", "value")]
     outs = [o.name for o in llm.graph.output]
     assert outs == ["logp"] + [f"present.{i}.{k}" for i in range(layers)
@@ -57,7 +58,8 @@ def test_graphs_have_opset_17_dynamic_sequence_dims_and_explicit_cache(onnx_dir)
 
     assert dims(llm.graph.input[0])[:2] == ["batch", "new"]
     assert dims(llm.graph.input[1]) == ["batch", "total"]
-    assert dims(llm.graph.input[2])[:3:2] == ["batch", "past"]
+    assert dims(llm.graph.input[3])[1] == "pos_rows"
+    assert dims(llm.graph.input[3 + layers])[:3:2] == ["batch", "past"]
     assert dims(llm.graph.output[1])[2] == "total"
     est = onnx.load(os.path.join(conv, "estimator.onnx"))
     assert dims(est.graph.input[0]) == [2, 80, "frames"]

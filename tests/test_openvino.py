@@ -39,7 +39,7 @@ def test_compiled_with_f32_and_reports_choice(tiny_ov):
     assert info["estimator"]["INFERENCE_PRECISION_HINT"] == "f32"
     # bucketed position table (bounded LLM memory while decoding), recorded for old-dir checks
     assert tiny_ov.stages.manifest["llm"]["pos_bucket"] == 64
-    assert tiny_ov.stages.manifest["llm"]["query_pos_projection"] == "block_diagonal"
+    assert tiny_ov.stages.manifest["llm"]["positional"] == "keys_input"
 
 
 # ---- converted-dir integrity ------------------------------------------------------------
@@ -358,11 +358,11 @@ def test_llm_session_after_close_is_a_backend_error(converted_dir):
         session.forward(np.zeros((1, 1, stages.config.llm.llm_input_size), np.float32))
 
 
-@pytest.mark.parametrize("field", ["pos_bucket", "query_pos_projection"])
+@pytest.mark.parametrize("field", ["pos_bucket", "positional"])
 def test_convert_does_not_keep_an_older_llm_export_layout(ov_copy, field):
     """A dir converted before the bucketed LLM position table (manifest without
-    ``llm.pos_bucket``) or before the block-diagonal positional projection (without
-    ``llm.query_pos_projection``) is not 'up to date': `cosyvino convert` rewrites it."""
+    ``llm.pos_bucket``) or before the positional tables became LLM inputs (without
+    ``llm.positional``) is not 'up to date': `cosyvino convert` rewrites it."""
     from cosyvino.cli.convert import up_to_date_conversion
     from cosyvino.converted import read_manifest, write_manifest
 

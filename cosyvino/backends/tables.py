@@ -4,7 +4,9 @@ the runtime backends apply without a graph. Must import neither torch nor any ru
 Files (written by :func:`cosyvino.families.cosyvoice1.serving_files.write_serving_files`, layout in
 :mod:`cosyvino.converted`): ``speakers.json`` (names) + ``speakers.npy`` (float32 [S, 192]),
 ``llm_tables.npz`` (``speech_embedding`` [V, D], ``special`` [2, D] = sos, task_id,
-``spk_affine_weight`` [D, 192], ``spk_affine_bias`` [D]).
+``spk_affine_weight`` [D, 192], ``spk_affine_bias`` [D], ``pos_weight`` [L, d, d]: the LLM's
+positional projections, from which :class:`cosyvino.families.cosyvoice1.positional.
+PositionalKeys` makes the ``llm`` graph's ``pos_keys`` inputs).
 """
 
 from __future__ import annotations
@@ -39,9 +41,22 @@ class ServingTablesMixin:
     start after the embeddings. List it before ``Stages`` in the bases and call
     :meth:`_load_serving_tables` in ``__init__``; it also sets ``self.speakers``."""
 
-    def _load_serving_tables(self, conv_dir: str, runtime: str) -> None:
+    def _load_serving_tables(self, conv_dir: str, runtime: str, pos_bucket: int = 1) -> None:
+        """Also sets ``self.positional_keys`` (windows of multiples of ``pos_bucket`` rows,
+        the manifest's ``llm.pos_bucket``; heads from ``self.config``, set before). Raises
+        ConvertedModelError for a dir written before the positional tables were (re-run the
+        convert command)."""
+        from cosyvino.families.cosyvoice1.positional import PositionalKeys
+
         self.speakers = read_speakers(conv_dir, runtime)
         tables = np.load(os.path.join(conv_dir, "llm_tables.npz"))
+        if "pos_weight" not in tables.files:
+            raise ConvertedModelError(
+                f"{conv_dir}: converted before the LLM took its positional tables as inputs "
+                f"(no pos_weight in llm_tables.npz); re-run `{convert_hint(runtime)}` "
+                "(and `cosyvino quantize` for a quantized dir)", conv_dir)
+        self.positional_keys = PositionalKeys(tables["pos_weight"],
+                                              self.config.llm.llm.attention_heads, pos_bucket)
         self._speech_embedding = np.ascontiguousarray(tables["speech_embedding"])
         special = tables["special"]
         self._sos = special[0].reshape(1, 1, -1).copy()

@@ -110,6 +110,8 @@ class Capture:
         [1, 192].
     llm: the stateful LLM IR's inputs: ``inputs_embeds`` float32 [1, T, D],
         ``attention_mask`` float32 [1, P+T] (ones: P cached positions before the item),
+        ``pos_offset`` / ``pos_keys.{l}`` (:class:`cosyvino.families.cosyvoice1.positional.
+        PositionalKeys`; the tables are shared between items, not copies),
         :data:`BEAM_IDX` int32 [1], and :data:`NNCF_RESET_STATE` (True on the first item of
         each utterance).
     vocoder: ``hift_decode`` inputs, ``mel`` float32 [1, 80, T], ``source`` float32
@@ -136,9 +138,15 @@ class Capture:
                 "vocoder": len(self.vocoder), "bytes": self.nbytes()}
 
     def nbytes(self) -> int:
-        return sum(int(v.nbytes) for group in (self.estimator, self.flow_encoder, self.llm,
-                                               self.vocoder)
-                   for d in group for v in d.values() if isinstance(v, np.ndarray))
+        """Bytes of the recorded arrays, each shared array (the LLM's positional tables)
+        counted once."""
+        seen: dict[int, int] = {}
+        for group in (self.estimator, self.flow_encoder, self.llm, self.vocoder):
+            for d in group:
+                for v in d.values():
+                    if isinstance(v, np.ndarray):
+                        seen[id(v)] = int(v.nbytes)
+        return sum(seen.values())
 
 
 class _RecordingSession(LLMSession):
@@ -354,12 +362,15 @@ def capture_calibration(conv_dir: str, texts: Sequence, *, seed: int = 0,
         cap.estimator_steps += [k] * len(res.items)
     cap.flow_encoder = list(rec.flow_encoder.items)
     cap.vocoder = list(rec.vocoder.items)
-    embeds, mask = (t.name for t in table["llm"].data_inputs)
+    embeds, mask, offset, *key_names = (t.name for t in table["llm"].data_inputs)
     beam = np.zeros(1, np.int32)
+    pos = stages.positional_keys  # numpy only: still usable after the stages closed
     for rows in llm.items:
         cached = 0
         for j, row in enumerate(rows):
+            start, keys = pos.rows(cached, row.shape[1])
             cached += row.shape[1]
             cap.llm.append({embeds: row, mask: np.ones((1, cached), np.float32), BEAM_IDX: beam,
+                            offset: start, **dict(zip(key_names, keys)),
                             NNCF_RESET_STATE: j == 0})
     return cap

@@ -32,7 +32,7 @@ from cosyvino.errors import BackendError, ConvertedModelError
 #: fields, ``cosyvino.export.onnx.convert.LLM_LAYOUT``, written here too so the check needs no
 #: torch): the exact-length relative position table, ``pos_bucket`` 1, and the key-mask input
 #: with a batch dimension (batched decode)
-LLM_LAYOUT = {"pos_bucket": 1, "attention_mask": "batch"}
+LLM_LAYOUT = {"pos_bucket": 1, "positional": "keys_input", "attention_mask": "batch"}
 #: end-to-end synthesis speed relative to torch fp32 on the same CPU and threads: the planner's
 #: cost hint, from the side-by-side runs in docs/performance.md ("ONNX Runtime"), rounded down
 RELATIVE_SPEED = 1.4

@@ -289,7 +289,7 @@ class ORTStages(GraphStages):
         return self.runner.sessions
 
     def new_llm_session(self) -> ORTLLMSession:
-        return ORTLLMSession(self.runner.new_session("llm"))
+        return ORTLLMSession(self.runner.new_session("llm"), self.positional_keys)
 
     max_llm_batch = MAX_LLM_BATCH
 

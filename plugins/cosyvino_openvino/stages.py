@@ -22,7 +22,7 @@ from cosyvino.families.cosyvoice1.stages import (
 )
 from cosyvino.backends.tables import ServingTablesMixin
 from cosyvino.converted import find_converted_dir, validate_converted_dir
-from cosyvino.families.cosyvoice1.graphs import GRAPH_NAMES, graph_table
+from cosyvino.families.cosyvoice1.graphs import GRAPH_NAMES, graph_table, llm_pos_key_names
 from cosyvino.errors import BackendError, ConvertedModelError
 from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
@@ -195,10 +195,13 @@ class _Runner:
 class OpenVINOLLMSession(LLMSession):
     """KV cache in the state of this session's own InferRequest (batch 1)."""
 
-    def __init__(self, compiled: ov.CompiledModel, pages: _PageReleaser | None = None,
+    def __init__(self, compiled: ov.CompiledModel, positional_keys,
+                 pages: _PageReleaser | None = None,
                  intermediates: IntermediateReleaser | None = None):
         self._intermediates = intermediates or IntermediateReleaser(enabled=False)
         self._compiled = compiled
+        self._pos = positional_keys
+        self._pos_names = llm_pos_key_names(positional_keys.layers)
         self._req = compiled.create_infer_request()
         self._beam = np.zeros(1, dtype=np.int32)
         self._length = 0
@@ -221,10 +224,12 @@ class OpenVINOLLMSession(LLMSession):
         self._check_open()
         x = np.ascontiguousarray(inputs_embeds, np.float32)
         mask = np.ones((1, self._length + x.shape[1]), np.float32)
+        offset, keys = self._pos.rows(self._length, x.shape[1])
+        feed = {"inputs_embeds": x, "attention_mask": mask, "beam_idx": self._beam,
+                "pos_offset": offset, **dict(zip(self._pos_names, keys))}
         self._intermediates.enter("llm")
         try:
-            self._req.infer({"inputs_embeds": x, "attention_mask": mask,
-                             "beam_idx": self._beam}, share_inputs=True)
+            self._req.infer(feed, share_inputs=True)
         finally:
             self._intermediates.exit("llm")
         if self._pages is not None:
@@ -254,10 +259,13 @@ class OpenVINOLLMBatch(LLMBatch):
     drops leading padding no row needs any more.
     """
 
-    def __init__(self, compiled: ov.CompiledModel, pages: _PageReleaser | None = None,
+    def __init__(self, compiled: ov.CompiledModel, positional_keys,
+                 pages: _PageReleaser | None = None,
                  intermediates: IntermediateReleaser | None = None):
         super().__init__()
         self._compiled = compiled
+        self._pos = positional_keys
+        self._pos_names = llm_pos_key_names(positional_keys.layers)
         self._req = compiled.create_infer_request()
         self._pages = pages
         self._intermediates = intermediates or IntermediateReleaser(enabled=False)
@@ -297,11 +305,13 @@ class OpenVINOLLMBatch(LLMBatch):
             self._width = 0
 
     def _step(self, inputs_embeds):
-        mask = self.key_mask(self._width)
+        offset, keys = self._pos.rows(self._width, 1)
+        feed = {"inputs_embeds": inputs_embeds, "attention_mask": self.key_mask(self._width),
+                "beam_idx": self._beam, "pos_offset": offset,
+                **dict(zip(self._pos_names, keys))}
         self._intermediates.enter("llm")
         try:
-            self._req.infer({"inputs_embeds": inputs_embeds, "attention_mask": mask,
-                             "beam_idx": self._beam}, share_inputs=True)
+            self._req.infer(feed, share_inputs=True)
         finally:
             self._intermediates.exit("llm")
         if self._pages is not None:
@@ -325,7 +335,8 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
         self.converted_dir = conv_dir
         self.manifest = validate_converted_dir(conv_dir, source_dir, runtime="openvino")
         self.config = read_model_config(os.path.join(conv_dir, "cosyvoice.yaml"))
-        self._load_serving_tables(conv_dir, "openvino")
+        self._load_serving_tables(conv_dir, "openvino",
+                                  int(self.manifest.get("llm", {}).get("pos_bucket", 1)))
 
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
@@ -354,23 +365,15 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
             # the plugin repacks some weights lazily at the first inference (for the LLM:
             # the first prefill and the first single-token step)
             self._pages.watch(stage, 2 if stage == "llm" else 1)
-        if self.manifest.get("llm", {}).get("pos_bucket", 1) <= 1:
-            log.warning("%s: LLM exported before bucketed position tables; the CPU plugin keeps "
-                        "~1 MB per decoded token of such an LLM until the model is unloaded. "
-                        "Re-run `cosyvino convert --force` (and `cosyvino quantize`) to get "
-                        "bounded memory.", conv_dir)
-        elif "query_pos_projection" not in self.manifest.get("llm", {}):
-            log.warning("%s: LLM exported before the block-diagonal positional projection; an "
-                        "INT8 LLM of this layout keeps ~40 MB more and is ~7 %% slower per token. "
-                        "Re-run `cosyvino convert` (and `cosyvino quantize`) to update it.",
-                        conv_dir)
         log.info("openvino %s: compiled %s; CPU chose %s", ov.get_version(), conv_dir,
                  self.compile_info["llm"])
         self._llm = compiled["llm"]
-        if "attention_mask" not in {n for p in self._llm.inputs for n in p.get_names()}:
+        llm_inputs = {n for p in self._llm.inputs for n in p.get_names()}
+        if "attention_mask" not in llm_inputs or "pos_keys.0" not in llm_inputs:
             raise ConvertedModelError(
-                f"{conv_dir}: its LLM was exported before batched decoding (no attention_mask "
-                "input); re-run `cosyvino convert --force` (and `cosyvino quantize`)", conv_dir)
+                f"{conv_dir}: its LLM was exported before batched decoding with positional "
+                "tables as inputs (no attention_mask / pos_keys inputs); re-run "
+                "`cosyvino convert --force` (and `cosyvino quantize`)", conv_dir)
         for k, v in compiled.items():
             self._intermediates.register(k, v)
         self._runners = {k: _Runner(v, k, self._pages, self._intermediates)
@@ -420,13 +423,15 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
         return self._runners["text_encoder"](np.asarray(text_token, np.int64))[0]
 
     def new_llm_session(self):
-        return OpenVINOLLMSession(self._llm, self._pages, self._intermediates)
+        return OpenVINOLLMSession(self._llm, self.positional_keys, self._pages,
+                                  self._intermediates)
 
     #: one stateful ``llm`` call advances every row (:class:`OpenVINOLLMBatch`)
     max_llm_batch = MAX_LLM_BATCH
 
     def new_llm_batch(self):
-        return OpenVINOLLMBatch(self._llm, self._pages, self._intermediates)
+        return OpenVINOLLMBatch(self._llm, self.positional_keys, self._pages,
+                                self._intermediates)
 
     # ---- flow ------------------------------------------------------------------------------
     def flow_encode(self, tokens, embedding):

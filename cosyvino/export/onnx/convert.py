@@ -42,7 +42,7 @@ OPSET = 17
 #: Manifest fields (``llm``) of this exporter's LLM layout (``pos_bucket`` 1: the exact-length
 #: position table; ``attention_mask``: a key mask input and a batch dimension, for batched
 #: decode); a dir whose fields differ is rewritten by ``cosyvino convert``
-LLM_LAYOUT = {"pos_bucket": 1, "attention_mask": "batch"}
+LLM_LAYOUT = {"pos_bucket": 1, "positional": "keys_input", "attention_mask": "batch"}
 #: protobuf's hard limit is 2 GiB; above this the weights go to ``<stem>.onnx.data``
 _SINGLE_FILE_LIMIT = 1_800_000_000
 

@@ -91,13 +91,12 @@ def convert_graph(m: TorchModel, spec: GraphSpec, module: torch.nn.Module | None
     return name_and_shape(om, spec)
 
 
-def convert_llm(m: TorchModel, *, stateful: bool = True, query_side_pos: bool = True
-                ) -> ov.Model:
+def convert_llm(m: TorchModel, *, stateful: bool = True) -> ov.Model:
     """The table's :data:`LLM_GRAPH` entry as the OpenVINO LLM step: stateful (its data
     inputs + ``beam_idx`` -> its data outputs; the entry's states in OpenVINO state) or with
     the state as explicit inputs/outputs (the entry's own tensors)."""
     spec = model_graphs(m)[LLM_GRAPH]
-    step = LLMCacheStep(m.llm, query_side_pos=query_side_pos)
+    step = LLMCacheStep(m.llm)
     with sdpa_attention(m.llm):
         om = convert_graph(m, spec, step)
     if stateful:

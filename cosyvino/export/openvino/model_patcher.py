@@ -9,8 +9,10 @@
   :meth:`RelPositionMultiHeadedAttention.forward` (``(ac + bd) / sqrt(d_k)`` becomes
   ``ac / sqrt(d_k) + bd / sqrt(d_k)``, fp32 rounding only); it converts to an OpenVINO
   ``ScaledDotProductAttention`` fed by the cache ``Concat``, which the CPU plugin fuses with
-  the state (stateful SDPA). The query-side positional product ``q_v_h W_pos_h`` is written
-  as one 2-D MatMul over a block-diagonal input (:func:`_query_pos_projection`).
+  the state (stateful SDPA). With the projected position tables as inputs (``pos_projected``,
+  what the exported step uses) the positional term is ``(q + v) · pos_keys``; otherwise the
+  query-side product ``q_v_h W_pos_h`` is written as one 2-D MatMul over a block-diagonal
+  input (:func:`_query_pos_projection`).
 """
 
 from __future__ import annotations
@@ -48,13 +50,15 @@ def _query_pos_projection(self: RelPositionMultiHeadedAttention, q_v: torch.Tens
 
 
 def _sdpa_forward(self: RelPositionMultiHeadedAttention, x, pos, mask=None, past_k=None,
-                  past_v=None, query_side_pos=False):
+                  past_v=None, query_side_pos=False, pos_projected=False):
     q, k, v = self.project_qkv(x, past_k, past_v)
     keys = k.shape[2]
     scale = 1.0 / math.sqrt(self.d_k)
     q_u = q + self.pos_bias_u.unsqueeze(1)
     q_v = q + self.pos_bias_v.unsqueeze(1)
-    if query_side_pos:
+    if pos_projected:  # pos: this layer's linear_pos(pe) by head [H, n, d_k]
+        raw = torch.matmul(q_v, pos.transpose(-2, -1))
+    elif query_side_pos:
         raw = torch.matmul(_query_pos_projection(self, q_v), pos.t())
     else:
         p = self.linear_pos(pos)
@@ -82,43 +86,38 @@ def sdpa_attention(module: nn.Module):
             del m.forward
 
 
-#: Relative position table length granularity of the exported LLM step: with the exact length
-#: (a new MatMul shape every decode step) the CPU plugin keeps a kernel and buffers per step
-#: (docs/performance.md, "Measurements behind code constants").
+#: Relative position table length granularity of the exported LLM step (the rows the host
+#: passes as ``pos_keys``, :class:`cosyvino.families.cosyvoice1.positional.PositionalKeys`):
+#: with the exact length (a new MatMul shape every decode step) the CPU plugin keeps a kernel
+#: and buffers per step (docs/performance.md, "Measurements behind code constants").
 POS_BUCKET = 64
 
 #: Manifest fields (``llm``) of this exporter's LLM layout; a dir whose fields differ was
 #: written by an older exporter and ``cosyvino convert`` rewrites it. ``attention_mask``: the
-#: step takes a key mask and a batch dimension (batched decode of left-padded rows).
-LLM_LAYOUT = {"pos_bucket": POS_BUCKET, "query_pos_projection": "block_diagonal",
-              "attention_mask": "batch"}
+#: step takes a key mask and a batch dimension (batched decode of left-padded rows);
+#: ``positional``: the projected relative-position tables are inputs (``pos_keys.{l}``).
+LLM_LAYOUT = {"pos_bucket": POS_BUCKET, "positional": "keys_input", "attention_mask": "batch"}
 
 
 class LLMCacheStep(nn.Module):
-    """``(inputs_embeds [B, T, D], attention_mask [B, P+T], past_0_k, past_0_v, ...) ->
-    (logp [B, V+1], present_0_k, present_0_v, ...)``; per-layer caches ``[B, H, P, d_k]``,
-    rows left-padded to the common ``P``, ``attention_mask`` 1 = real key, 0 = padding (see
-    :meth:`cosyvino.families.cosyvoice1.torch.transformer.Encoder.forward_cached`).
-
-    ``query_side_pos`` as in :class:`cosyvino.families.cosyvoice1.torch.llm.LLMStepStage`; ``pos_bucket``
-    as in :meth:`cosyvino.families.cosyvoice1.torch.transformer.Encoder.forward_cached` (default
-    :data:`POS_BUCKET`).
+    """The table's ``llm`` step (:class:`cosyvino.families.cosyvoice1.torch.llm.
+    LLMExplicitCacheStep`: ``(inputs_embeds, attention_mask, pos_keys.{l}..., past...) ->
+    (logp, present...)``) as the OpenVINO exporter traces it, inside :func:`sdpa_attention`.
     """
 
-    def __init__(self, lm: TransformerLM, query_side_pos: bool = True,
-                 pos_bucket: int | None = None):
+    def __init__(self, lm: TransformerLM):
         super().__init__()
         self.lm = lm
-        self.query_side_pos = query_side_pos
-        self.pos_bucket = POS_BUCKET if pos_bucket is None else pos_bucket
 
     def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
-                *past: torch.Tensor):
-        ks, vs = list(past[0::2]), list(past[1::2])
-        h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, ks, vs, self.query_side_pos,
-                                               self.pos_bucket, key_mask=attention_mask)
-        logp = torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)
-        out = [logp]
+                *rest: torch.Tensor):
+        n = len(self.lm.llm.encoders)
+        pos_offset, pos_keys, past = rest[0], rest[1:n + 1], rest[n + 1:]
+        h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, list(past[0::2]),
+                                               list(past[1::2]), pos_bucket=POS_BUCKET,
+                                               key_mask=attention_mask, pos_keys=pos_keys,
+                                               pos_offset=pos_offset)
+        out = [torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)]
         for k, v in zip(pk, pv):
             out += [k, v]
         return tuple(out)

@@ -12,6 +12,7 @@ import numpy as np
 from cosyvino.backends.tables import ServingTablesMixin
 from cosyvino.errors import BackendError
 
+from .graphs import llm_pos_key_names
 from .stages import CosyVoice1Stages, LLMBatch, LLMSession, left_pad
 
 
@@ -25,16 +26,19 @@ def _i64(a) -> np.ndarray:
 
 class GraphLLMSession(LLMSession):
     """The ``llm`` graph's KV cache in a runner session (batch 1: ``attention_mask`` all
-    ones)."""
+    ones; ``pos_keys`` from the stages' shared
+    :class:`~cosyvino.families.cosyvoice1.positional.PositionalKeys`)."""
 
-    def __init__(self, session):
+    def __init__(self, session, positional_keys):
         self._session = session
+        self._pos = positional_keys
         self._length = 0
 
     def forward(self, inputs_embeds):
         x = _f32(inputs_embeds)
         mask = np.ones((1, self._length + x.shape[1]), np.float32)
-        out = self._session.run([x, mask])[0][0]
+        offset, keys = self._pos.rows(self._length, x.shape[1])
+        out = self._session.run([x, mask, offset, *keys])[0][0]
         self._length += x.shape[1]
         return out
 
@@ -63,11 +67,13 @@ class GraphLLMBatch(LLMBatch):
     (ONNX Runtime, the torch runner) writes the grown cache as new arrays, so each step copies
     every cache once there, as an unbatched session does."""
 
-    def __init__(self, runner):
+    def __init__(self, runner, positional_keys):
         super().__init__()
         self._runner = runner
+        self._pos = positional_keys
         self._spec = runner.table["llm"]
         self._in = {t.name: i for i, t in enumerate(self._spec.inputs)}
+        self._pos_in = [self._in[n] for n in llm_pos_key_names(len(self._spec.state) // 2)]
         out = {t.name: i for i, t in enumerate(self._spec.outputs)}
         self._present = {s.input: out[s.output] for s in self._spec.state}
         self._state: dict[str, np.ndarray] = {}
@@ -105,6 +111,10 @@ class GraphLLMBatch(LLMBatch):
         arrays: list = [None] * len(self._spec.inputs)
         arrays[self._in["inputs_embeds"]] = inputs_embeds
         arrays[self._in["attention_mask"]] = self.key_mask(self._width)
+        offset, keys = self._pos.rows(self._width, 1)
+        arrays[self._in["pos_offset"]] = offset
+        for i, table in zip(self._pos_in, keys):
+            arrays[i] = table
         for name, a in self._state.items():
             arrays[self._in[name]] = a
         outs = self._runner.run("llm", arrays)
@@ -132,13 +142,13 @@ class GraphStages(ServingTablesMixin, CosyVoice1Stages):
         return self._one("text_encoder", _i64(text_token))
 
     def new_llm_session(self):
-        return GraphLLMSession(self.runner.new_session("llm"))
+        return GraphLLMSession(self.runner.new_session("llm"), self.positional_keys)
 
     #: one ``llm`` graph call advances every row (:class:`GraphLLMBatch`)
     max_llm_batch = 64
 
     def new_llm_batch(self) -> GraphLLMBatch:
-        return GraphLLMBatch(self.runner)
+        return GraphLLMBatch(self.runner, self.positional_keys)
 
     def flow_encode(self, tokens, embedding):
         h, spks = self.runner.run("flow_encoder", [_i64(tokens), _f32(embedding)])

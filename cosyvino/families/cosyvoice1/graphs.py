@@ -85,6 +85,12 @@ def _nsf_phase(shape, rng):
     return phase
 
 
+def _pos_offset(shape, rng):
+    # a window inside the example's pos_keys rows (14, of which a step over 3 + 4 positions
+    # slices 10), not at the start, so a wrong offset shows in the parity checks
+    return np.full(shape, 2)
+
+
 def _left_padded_mask(shape, rng):
     # key mask [B, P+T] of left-padded rows: row b has its first b keys padded (0), the rest
     # real (1); row 0 is unpadded. The new keys (the last T) are always real.
@@ -147,6 +153,11 @@ def _hift_decode(m):
     return m.hift.decode_stage()
 
 
+def llm_pos_key_names(layers: int) -> list[str]:
+    """The ``llm`` graph's per-layer projected position-table inputs, in layer order."""
+    return [f"pos_keys.{i}" for i in range(layers)]
+
+
 def llm_cache_names(layers: int) -> tuple[list[str], list[str]]:
     """(past input names, present output names), layer-major, key before value."""
     past = [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
@@ -159,7 +170,8 @@ def graph_table(config) -> GraphTable:
     llm = config.llm
     d = llm.llm_input_size
     layers, heads = llm.llm.num_blocks, llm.llm.attention_heads
-    dk = llm.llm.output_size // heads
+    width = llm.llm.output_size
+    dk = width // heads
     v1 = llm.speech_token_size + 1
     c, s = config.flow.output_size, config.flow.spk_embed_dim
     mel_bins = config.hift.in_channels
@@ -175,18 +187,25 @@ def graph_table(config) -> GraphTable:
         V1GraphSpec("llm", "llm",
                     (_f("inputs_embeds", "batch", "new", d),
                      _f("attention_mask", "batch", "total"),
+                     _i("pos_offset", 1),
+                     *(_f(n, heads, "pos_rows", dk) for n in llm_pos_key_names(layers)),
                      *(_f(n, "batch", heads, "past", dk) for n in past)),
                     (_f("logp", "batch", v1),
                      *(_f(n, "batch", heads, "total", dk) for n in present)),
                     state=tuple(StateSpec(p, q, (1, heads, 0, dk))
                                 for p, q in zip(past, present)),
-                    example_sizes={"batch": 2, "new": 4, "past": 3, "total": 7},
+                    example_sizes={"batch": 2, "new": 4, "past": 3, "total": 7,
+                                   "pos_rows": 14},
                     torch_module=_llm,
                     doc="one KV-cached LLM step of B rows (prefill: B = 1; batched decode: "
                         "T = 1), rows left-padded to the common cache length and "
                         "attention_mask (1 = real key, 0 = padding) over past + new keys: "
-                        "log-softmax of the speech-token head at the last position",
-                    example_values={"attention_mask": _left_padded_mask}),
+                        "log-softmax of the speech-token head at the last position; "
+                        "pos_keys.{l} = layer l's linear_pos(pe) by head, row pos_offset + k "
+                        "for distance past+new-1-k (cosyvino.families.cosyvoice1.positional."
+                        "PositionalKeys)",
+                    example_values={"attention_mask": _left_padded_mask,
+                                    "pos_offset": _pos_offset}),
         GraphSpec("flow_encoder", "flow", (_i("token", 1, "tokens"), _f("embedding", 1, s)),
                   (_f("h", 1, "tokens", c), _f("spks", 1, c)),
                   example_sizes={"tokens": 13}, torch_module=_flow_encoder,

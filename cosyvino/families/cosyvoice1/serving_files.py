@@ -31,9 +31,15 @@ def llm_cache_layout(m: TorchModel) -> tuple[int, int, int, int]:
 def llm_tables(m: TorchModel) -> dict[str, np.ndarray]:
     """The LLM's small tables the runtime applies in numpy, float32: ``speech_embedding``
     ``[V, D]``, ``special`` ``[2, D]`` (sos, task_id), ``spk_affine_weight`` ``[D, 192]``,
-    ``spk_affine_bias`` ``[D]`` (see :mod:`cosyvino.converted`)."""
+    ``spk_affine_bias`` ``[D]``, ``pos_weight`` ``[L, d, d]`` (every layer's
+    ``self_attn.linear_pos.weight``, for the ``llm`` graph's ``pos_keys`` inputs,
+    :class:`cosyvino.families.cosyvoice1.positional.PositionalKeys`; see
+    :mod:`cosyvino.converted`)."""
     lm = m.llm
+    pos = np.stack([layer.self_attn.linear_pos.weight.detach().numpy()
+                    for layer in lm.llm.encoders]).astype(np.float32)
     return {
+        "pos_weight": pos,
         "speech_embedding": lm.speech_embedding.weight.detach().numpy().astype(np.float32),
         "special": lm.llm_embedding.weight.detach().numpy().astype(np.float32),
         "spk_affine_weight": lm.spk_embed_affine_layer.weight.detach().numpy().astype(np.float32),

@@ -133,22 +133,31 @@ class LLMStepStage(nn.Module):
 
 
 class LLMExplicitCacheStep(nn.Module):
-    """``(inputs_embeds [B, T, D], attention_mask [B, P+T], past_0_key, past_0_value, ...) ->
-    (logp [B, V+1], present_0_key, present_0_value, ...)``; per-layer caches float32
-    ``[B, H, P, d_k]`` (rows left-padded to the common ``P``), presents ``[B, H, P+T, d_k]``;
-    ``attention_mask`` float32, 1 = real key, 0 = padding
-    (:meth:`~.transformer.Encoder.forward_cached`). ``query_side_pos=True`` (the
-    decode-friendly evaluation order of the rel-pos term, see :class:`LLMStepStage`) serves
-    prefill (B = 1) and batched decode steps (T = 1) with one graph."""
+    """``(inputs_embeds [B, T, D], attention_mask [B, P+T], pos_offset [1], pos_keys_0, ...,
+    pos_keys_{L-1}, past_0_key, past_0_value, ...) -> (logp [B, V+1], present_0_key,
+    present_0_value, ...)``; per-layer caches float32 ``[B, H, P, d_k]`` (rows left-padded to
+    the common ``P``), presents ``[B, H, P+T, d_k]``; ``attention_mask`` float32, 1 = real
+    key, 0 = padding (:meth:`~.transformer.Encoder.forward_cached`); ``pos_keys_l`` float32
+    ``[H, N, d_k]``, layer ``l``'s projected relative-position table by head, row
+    ``pos_offset + k`` for distance ``P+T-1-k``
+    (:class:`cosyvino.families.cosyvoice1.positional.PositionalKeys`):
+    the step itself builds no sinusoid and multiplies nothing by ``linear_pos``. Serves
+    prefill (B = 1) and batched decode steps (T = 1) with one graph. ``pos_bucket``: see
+    :meth:`~.transformer.Encoder.forward_cached`."""
 
-    def __init__(self, lm: TransformerLM):
+    def __init__(self, lm: TransformerLM, pos_bucket: int = 1):
         super().__init__()
         self.lm = lm
+        self.pos_bucket = pos_bucket
 
     def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
-                *past: torch.Tensor):
+                *rest: torch.Tensor):
+        n = len(self.lm.llm.encoders)
+        pos_offset, pos_keys, past = rest[0], rest[1:n + 1], rest[n + 1:]
         h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, list(past[0::2]),
-                                               list(past[1::2]), True, key_mask=attention_mask)
+                                               list(past[1::2]), pos_bucket=self.pos_bucket,
+                                               key_mask=attention_mask, pos_keys=pos_keys,
+                                               pos_offset=pos_offset)
         out = [torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)]
         for k, v in zip(pk, pv):
             out += [k, v]

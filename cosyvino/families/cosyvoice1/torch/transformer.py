@@ -101,7 +101,8 @@ class RelPositionMultiHeadedAttention(nn.Module):
 
     def forward(self, x: Tensor, pos: Tensor, mask: Optional[Tensor] = None,
                 past_k: Optional[Tensor] = None, past_v: Optional[Tensor] = None,
-                query_side_pos: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+                query_side_pos: bool = False, pos_projected: bool = False
+                ) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention of ``T`` new positions over ``P`` cached + ``T`` new keys.
 
         Args:
@@ -115,6 +116,11 @@ class RelPositionMultiHeadedAttention(nn.Module):
             query_side_pos: compute the positional term as ``((q+v) W_pos_h) · pe`` instead of
                 ``(q+v) · (W_pos pe)``. Same math (fp32 rounding only); far cheaper when
                 ``T`` is small and ``P`` large (decoding), far dearer for long ``T``.
+            pos_projected: ``pos`` is already this layer's ``linear_pos(pe)`` split by head,
+                ``[H, P+2T-1, d_k]`` (positional keys,
+                :class:`cosyvino.families.cosyvoice1.positional.PositionalKeys`): the
+                positional term is then ``(q+v)·pos`` with no projection here
+                (``query_side_pos`` is ignored).
 
         Returns:
             ``(out [B, T, d], k [B, H, P+T, d_k], v [B, H, P+T, d_k])``; ``k``/``v`` are the
@@ -126,9 +132,11 @@ class RelPositionMultiHeadedAttention(nn.Module):
         q_u = q + self.pos_bias_u.unsqueeze(1)  # [B, H, T, d_k]
         q_v = q + self.pos_bias_v.unsqueeze(1)
         matrix_ac = torch.matmul(q_u, k.transpose(-2, -1))  # [B, H, T, P+T]
-        if query_side_pos:
+        if query_side_pos and not pos_projected:
             w_pos = self.linear_pos.weight.reshape(self.h, self.d_k, -1)  # [H, d_k, d]
             raw = torch.matmul(torch.matmul(q_v, w_pos), pos.t())  # [B, H, T, n]
+        elif pos_projected:
+            raw = torch.matmul(q_v, pos.transpose(-2, -1))  # pos [H, n, d_k] -> [B, H, T, n]
         else:
             p = self.linear_pos(pos)  # [n, d]
             p = p.reshape(p.shape[0], self.h, self.d_k).transpose(0, 1)  # [H, n, d_k]
@@ -171,13 +179,15 @@ class _EncoderLayerBase(nn.Module):
 
     def forward(self, x: Tensor, pos: Tensor, mask: Optional[Tensor] = None,
                 past_k: Optional[Tensor] = None, past_v: Optional[Tensor] = None,
-                query_side_pos: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+                query_side_pos: bool = False, pos_projected: bool = False
+                ) -> tuple[Tensor, Tensor, Tensor]:
         """x ``[B, T, d]`` -> ``(x [B, T, d], k, v)``; see :class:`RelPositionMultiHeadedAttention`."""
         norm_att, norm_ff = self._norms()
         residual = x
         if self.normalize_before:
             x = norm_att(x)
-        att, k, v = self.self_attn(x, pos, mask, past_k, past_v, query_side_pos)
+        att, k, v = self.self_attn(x, pos, mask, past_k, past_v, query_side_pos,
+                                   pos_projected)
         x = residual + att
         if not self.normalize_before:
             x = norm_att(x)
@@ -318,7 +328,9 @@ class Encoder(nn.Module):
 
     def forward_cached(self, xs: Tensor, past_k: Sequence[Tensor], past_v: Sequence[Tensor],
                        query_side_pos: bool = False, pos_bucket: int = 1,
-                       key_mask: Optional[Tensor] = None
+                       key_mask: Optional[Tensor] = None,
+                       pos_keys: Optional[Sequence[Tensor]] = None,
+                       pos_offset: Optional[Tensor] = None
                        ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Causal step over new positions ``P .. P+T-1`` with an explicit KV cache.
 
@@ -356,8 +368,14 @@ class Encoder(nn.Module):
         count = p + 2 * t - 1
         if pos_bucket > 1:
             count = (count + pos_bucket - 1) // pos_bucket * pos_bucket
-        pos = rel_position_table(p + t - 1, count, self.cfg.output_size, dtype=x.dtype,
-                                 device=x.device)
+        if pos_keys is None:
+            pos = rel_position_table(p + t - 1, count, self.cfg.output_size, dtype=x.dtype,
+                                     device=x.device)
+        else:
+            if pos_offset is None:
+                raise ValueError("pos_keys need a pos_offset")
+            start = pos_offset.reshape(())
+            windows = [keys[:, start:start + count] for keys in pos_keys]
         i = torch.arange(t, device=xs.device)
         j = torch.arange(p + t, device=xs.device)
         att_mask = (j.unsqueeze(0) <= (i + p).unsqueeze(1)).unsqueeze(0)  # [1, T, P+T]
@@ -366,7 +384,11 @@ class Encoder(nn.Module):
         present_k: list[Tensor] = []
         present_v: list[Tensor] = []
         for n, layer in enumerate(self.encoders):
-            x, k, v = layer(x, pos, att_mask, past_k[n], past_v[n], query_side_pos)
+            if pos_keys is not None:
+                x, k, v = layer(x, windows[n], att_mask, past_k[n], past_v[n],
+                                pos_projected=True)
+            else:
+                x, k, v = layer(x, pos, att_mask, past_k[n], past_v[n], query_side_pos)
             present_k.append(k)
             present_v.append(v)
         return self._finish(x), present_k, present_v

@@ -1,0 +1,129 @@
+"""Where an LLM decode step goes (issue 16 item 1): OpenVINO per-node counters of the served
+``llm`` IR, grouped by node type and by the part of the layer a node belongs to, beside the
+step's wall time (the gap = time outside nodes: dynamic-shape bookkeeping, host round trip).
+
+Prefills ``--prompt`` positions, decodes to ``--past`` cached positions, then times
+``--steps`` further single-token steps with profiling on (the counters are the last step's;
+wall times are medians over the steps). Feeds random embeddings: cost depends on shapes only.
+
+    python benchmarks/llm_profile.py --model-dir DIR [--past 300] [--steps 20] [--threads 2]
+        [--top 25]
+
+``DIR``: a converted dir (``.../openvino-int8-llm``) or a model dir (its served conversion is
+found as the backend finds it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+#: node-name patterns -> the part of the LLM step they belong to (first match wins)
+PARTS = (
+    ("positional", re.compile(r"pos_|Sin|Cos|stack|aten::slice|aten::pad", re.I)),
+    ("attention", re.compile(r"ScaledDotProduct|sdpa|attn|softmax|SDPA", re.I)),
+    ("feed-forward", re.compile(r"feed_forward|w_1|w_2", re.I)),
+    ("q/k/v/out projections", re.compile(r"linear_(q|k|v|out)", re.I)),
+    ("norms", re.compile(r"norm", re.I)),
+    ("decoder head", re.compile(r"llm_decoder|log_softmax|LogSoftmax", re.I)),
+)
+
+
+def part_of(name: str, node_type: str) -> str:
+    for part, pat in PARTS:
+        if pat.search(name) or pat.search(node_type):
+            return part
+    return "other"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--past", type=int, default=300)
+    ap.add_argument("--prompt", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args(argv)
+
+    import openvino as ov
+
+    from cosyvino.bench_extras import cpu_summary
+    from cosyvino.converted import find_converted_dir
+
+    conv_dir, _ = find_converted_dir(args.model_dir, runtime="openvino")
+    core = ov.Core()
+    model = core.read_model(os.path.join(conv_dir, "llm.xml"))
+    d = model.input("inputs_embeds").get_partial_shape()[2].get_length()
+    compiled = core.compile_model(model, "CPU", {
+        "PERF_COUNT": True, "INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1,
+        "PERFORMANCE_HINT": "LATENCY", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 128,
+        "KV_CACHE_PRECISION": "u8"})
+    req = compiled.create_infer_request()
+    rng = np.random.default_rng(0)
+    beam = np.zeros(1, np.int32)
+
+    def step(n_new: int, length: int) -> float:
+        x = rng.standard_normal((1, n_new, d), dtype=np.float32) * 0.1
+        mask = np.ones((1, length + n_new), np.float32)
+        t0 = time.perf_counter()
+        req.infer({"inputs_embeds": x, "attention_mask": mask, "beam_idx": beam},
+                  share_inputs=True)
+        return time.perf_counter() - t0
+
+    length = 0
+    step(args.prompt, length)
+    length += args.prompt
+    while length < args.past:
+        step(1, length)
+        length += 1
+    walls = []
+    for _ in range(args.steps):
+        walls.append(step(1, length))
+        length += 1
+    wall_ms = statistics.median(walls) * 1e3
+
+    infos = req.get_profiling_info()
+    by_type: dict[str, float] = collections.Counter()
+    by_part: dict[str, float] = collections.Counter()
+    by_node = []
+    isa: dict[str, float] = collections.Counter()
+    for p in infos:
+        if p.status != p.Status.EXECUTED:
+            continue
+        us = p.real_time.total_seconds() * 1e6
+        by_type[p.node_type] += us
+        by_part[part_of(p.node_name, p.node_type)] += us
+        by_node.append((us, p.node_name, p.node_type, p.exec_type))
+        isa[p.exec_type.split("_")[0] if p.exec_type else "?"] += us
+    total_ms = sum(by_type.values()) / 1e3
+
+    print(f"# CPU: {cpu_summary()}, {args.threads} threads")
+    print(f"# LLM IR: {conv_dir}; cached positions {length - 1}")
+    print(f"step wall (median of {args.steps}): {wall_ms:.2f} ms; sum of node times "
+          f"{total_ms:.2f} ms; outside nodes {wall_ms - total_ms:.2f} ms")
+    print("\n| part | ms | share of nodes |\n|---|---:|---:|")
+    for part, us in sorted(by_part.items(), key=lambda kv: -kv[1]):
+        print(f"| {part} | {us / 1e3:.2f} | {us / 1e3 / total_ms:.0%} |")
+    print("\n| node type | ms | share |\n|---|---:|---:|")
+    for t, us in sorted(by_type.items(), key=lambda kv: -kv[1]):
+        if us / 1e3 / total_ms >= 0.005:
+            print(f"| {t} | {us / 1e3:.2f} | {us / 1e3 / total_ms:.1%} |")
+    print(f"\n| top {args.top} nodes | type | exec | us |\n|---|---|---|---:|")
+    for us, name, t, ex in sorted(by_node, reverse=True)[:args.top]:
+        print(f"| {name[:70]} | {t} | {ex} | {us:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The LLM's positional keys on the host (cosyvino.families.cosyvoice1.positional): the numpy
+sinusoid equals the torch table, a window equals ``linear_pos`` of that table by head, the
+tables grow both ways without changing rows already handed out, and a decode fed from them
+equals the in-graph table (golden sequence of the tiny model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cosyvino.families.cosyvoice1.positional import GROWTH, PositionalKeys, sinusoid_rows
+from cosyvino.families.cosyvoice1.torch.transformer import rel_position_table
+
+from conftest import TINY_A
+
+
+def _maxabs(a, b) -> float:
+    return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max())
+
+
+@pytest.mark.parametrize("first,count", [(0, 1), (9, 19), (300, 64), (-5, 3)])
+def test_sinusoid_rows_equal_the_torch_table(first, count):
+    got = sinusoid_rows(first, count, 32)
+    want = rel_position_table(first, count, 32).numpy()
+    assert got.shape == want.shape == (count, 32)
+    assert _maxabs(got, want) < 1e-5
+
+
+def _keys(layers=2, heads=4, dk=8, bucket=1, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((layers, heads * dk, heads * dk)).astype(np.float32)
+    return w, PositionalKeys(w, heads, bucket)
+
+
+def _want(w, heads, first, count):
+    pe = sinusoid_rows(first, count, w.shape[1])
+    dk = w.shape[1] // heads
+    return [(pe @ w[i].T).reshape(count, heads, dk).transpose(1, 0, 2) for i in range(len(w))]
+
+
+@pytest.mark.parametrize("bucket", [1, 16])
+def test_a_window_is_linear_pos_of_its_distances_by_head(bucket):
+    w, pk = _keys(bucket=bucket)
+    for past, new in ((0, 7), (7, 1), (8, 1), (40, 1), (41, 3)):
+        count = pk.count(past, new)
+        assert count >= past + 2 * new - 1 and count % bucket == 0
+        offset, tables = pk.rows(past, new)
+        assert offset.dtype == np.int64 and offset.shape == (1,)
+        o = int(offset[0])
+        want = _want(w, 4, past + new - 1, count)
+        assert len(tables) == 2
+        for t, ref in zip(tables, want):
+            assert t.shape[0] == 4 and t.shape[2] == 8 and t.flags.c_contiguous
+            assert t.shape[1] >= o + count
+            assert _maxabs(t[:, o:o + count], ref) < 1e-4
+
+
+def test_growth_both_ways_keeps_rows_handed_out():
+    w, pk = _keys()
+    off0, t0 = pk.rows(5, 1)
+    before = [t.copy() for t in t0]
+    # beyond the top (a long decode) and below the bottom (a long prefill's negative distances)
+    pk.rows(5 + 3 * GROWTH, 1)
+    off2, t2 = pk.rows(0, 2 * GROWTH)
+    for a, b in zip(t0, before):
+        assert np.array_equal(a, b)  # the arrays given out earlier were not written
+    o = int(off2[0])
+    count = pk.count(0, 2 * GROWTH)
+    for t, ref in zip(t2, _want(w, 4, 2 * GROWTH - 1, count)):
+        assert _maxabs(t[:, o:o + count], ref) < 1e-3
+    # the earlier window is still where the new tables say it is
+    o5, t5 = pk.rows(5, 1)
+    for t, ref in zip(t5, before):
+        assert _maxabs(t[:, int(o5[0]):int(o5[0]) + pk.count(5, 1)],
+                       ref[:, int(off0[0]):int(off0[0]) + pk.count(5, 1)]) == 0.0
+
+
+def test_bad_arguments_are_value_errors():
+    w, pk = _keys()
+    with pytest.raises(ValueError, match="past >= 0"):
+        pk.rows(-1, 1)
+    with pytest.raises(ValueError, match="new >= 1"):
+        pk.rows(3, 0)
+    with pytest.raises(ValueError, match="divisible"):
+        PositionalKeys(w, 5)
+    with pytest.raises(ValueError, match="layers, d, d"):
+        PositionalKeys(w[0], 4)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("bucket", [1, 4])
+def test_decode_from_positional_keys_equals_the_in_graph_table(bucket):
+    """The tiny golden model's prefill and decode steps (across bucket boundaries) through
+    ``forward_cached(pos_keys=...)`` equal the sinusoid table built in the step."""
+    from cosyvino.families.cosyvoice1.torch.loading import load_torch_model
+
+    enc = load_torch_model(TINY_A).llm.llm
+    w = np.stack([layer.self_attn.linear_pos.weight.numpy() for layer in enc.encoders])
+    pk = PositionalKeys(w, enc.num_heads, bucket)
+    torch.manual_seed(0)
+    x = torch.randn(1, 40, enc.cfg.input_size)
+    ks, vs = enc.empty_cache()
+    ks2, vs2 = enc.empty_cache()
+    past = 0
+    for start, end in ((0, 9), (9, 10), (10, 11), (11, 15), *((i, i + 1) for i in range(15, 40))):
+        xs = x[:, start:end]
+        want, ks, vs = enc.forward_cached(xs, ks, vs)
+        offset, tables = pk.rows(past, end - start)
+        got, ks2, vs2 = enc.forward_cached(xs, ks2, vs2, pos_bucket=bucket,
+                                           pos_keys=[torch.from_numpy(t) for t in tables],
+                                           pos_offset=torch.from_numpy(offset))
+        assert got.shape == want.shape
+        assert float((got - want).abs().max()) < 1e-5, (start, end)
+        past = end
