@@ -36,7 +36,7 @@ def quantized(converted_dir, tmp_path_factory):
 
 
 def test_output_is_a_valid_converted_dir(quantized):
-    src, out, _ = quantized
+    src, out, summary = quantized
     m = validate_converted_dir(out)
     src_m = read_manifest(src)
     assert set(m["files"]) == set(src_m["files"])
@@ -45,6 +45,11 @@ def test_output_is_a_valid_converted_dir(quantized):
     assert m["files"]["estimator.bin"] == src_m["files"]["estimator.bin"]
     q = m["quantization"]
     assert q["preset"] == "int8-llm-only"
+    # --int8-weights auto: the mode this machine kind gets (sym without int8 dot products)
+    from cosyvino.quantize.machine import machine_record
+    from cosyvino.quantize.model_dir import int8_weight_mode
+
+    assert summary["stages"]["llm"]["mode"] == int8_weight_mode("auto", machine_record()["flags"])
     assert q["source_manifest_sha256"] == sha256_file(os.path.join(src, "manifest.json"))
     assert not [n for n in os.listdir(os.path.dirname(out)) if n.startswith(".")]
 

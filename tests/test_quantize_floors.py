@@ -75,6 +75,19 @@ def test_floor_verdicts():
 
 
 # ---- the machine record ----------------------------------------------------------------------
+def test_int8_weight_mode_by_machine_kind():
+    from cosyvino.quantize.model_dir import int8_weight_mode
+
+    zen3 = ["sse4_2", "avx", "avx2", "fma"]
+    assert int8_weight_mode("auto", zen3) == "INT8_SYM"
+    assert int8_weight_mode("auto", zen3 + ["avx512f", "avx512_vnni"]) == "INT8_ASYM"
+    assert int8_weight_mode("auto", zen3 + ["amx_tile", "amx_int8"]) == "INT8_ASYM"
+    assert int8_weight_mode("asym", zen3) == "INT8_ASYM"
+    assert int8_weight_mode("sym", zen3 + ["avx512_vnni"]) == "INT8_SYM"
+    with pytest.raises(InputError, match="int8_weights"):
+        int8_weight_mode("int4", zen3)
+
+
 def test_machine_record_of_a_faked_zen3(tmp_path):
     rec = machine_record(str(trees.zen3_2c(tmp_path)), environ={})
     assert rec["cpu_model"] == "AMD EPYC 7B13" and rec["kind"] == "avx2"

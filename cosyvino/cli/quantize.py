@@ -84,6 +84,12 @@ def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
                    "captured LLM inputs), rest fp32.")
 @click.option("--hift", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True,
               help="HiFT vocoder: fp32, or static INT8 (vocoders are sensitive; check SNR).")
+@click.option("--int8-weights", type=click.Choice(["auto", "asym", "sym"]), default="auto",
+              show_default=True,
+              help="INT8 weight-only stages (LLM, text encoder): per-channel scale + zero point "
+                   "(asym) or scale only (sym). auto: sym on a CPU without int8 dot products "
+                   "(AVX2 without VNNI: the weights are widened per use, and sym decodes "
+                   "faster there), asym elsewhere.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output dir [default: next to the fp32 IRs: openvino-int8-llm, "
                    "openvino-int8, openvino-int4-llm].")
@@ -141,8 +147,8 @@ def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
               help="CPU threads for capture and report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_friendly_errors
-def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples, llm_sequences,
-             speech_tokens, seed, smooth_quant_alpha, ignore_sensitive, int4_mode, group_size, ratio,
+def quantize(model_dir, calib, preset, hift, int8_weights, out_dir, subset, estimator_samples,
+             llm_sequences, speech_tokens, seed, smooth_quant_alpha, ignore_sensitive, int4_mode, group_size, ratio,
              data_free, eval_per_language, eval_tokens, max_kl, max_mel_l1, max_lsd, min_snr,
              snr_floors, keep_below_floor, report_path, threads, as_json):
     """Quantize converted OpenVINO IRs with NNCF (needs openvino + nncf; no torch).
@@ -202,7 +208,7 @@ def quantize(model_dir, calib, preset, hift, out_dir, subset, estimator_samples,
                                 ratio=ratio),
             seed=seed, speech_tokens=speech_tokens, num_threads=threads,
             snr_floors=_resolve_floors(snr_floors, preset, hift),
-            keep_below_floor=keep_below_floor, progress=say)
+            keep_below_floor=keep_below_floor, int8_weights=int8_weights, progress=say)
     except QuantizeGuardError as e:
         if as_json:
             click.echo(json.dumps({"error": str(e), "accuracy": e.report}, indent=2,

@@ -55,9 +55,9 @@ def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str,
     order), then ``family`` (the model family's name), ``graphs`` (graph name -> file stem,
     from the family's graph table), ``source_dir``, ``source``, ``files`` and the family's
     fields (``ModelFamily.manifest_fields``; CosyVoice v1: ``llm``, the cache layout from
-    :func:`cosyvino.families.cosyvoice1.serving_files.llm_cache_layout`, ``query_side_pos`` True, ``stateful``, then ``llm_layout``: the
-    runtime's LLM export-layout fields, e.g. OpenVINO's ``pos_bucket`` and
-    ``query_pos_projection``; ``pos_bucket`` defaults to 1).
+    :func:`cosyvino.families.cosyvoice1.serving_files.llm_cache_layout`, ``stateful``, then
+    ``llm_layout``: the runtime's LLM export-layout fields, e.g. OpenVINO's ``pos_bucket`` and
+    ``positional``; ``pos_bucket`` defaults to 1).
 
     Raises ModelDirError / ConfigError / CheckpointError (bad source dir), FileExistsError
     (``out_dir`` exists and ``overwrite`` is False), whatever ``write_stages`` raises. On any

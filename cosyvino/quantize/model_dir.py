@@ -89,6 +89,29 @@ PRESETS = {
                        "LLM INT4 weight-only (AWQ + scale estimation on captured inputs); "
                        "rest fp32"),
 }
+#: ``int8_weights`` choices of :func:`quantize_model_dir` (the NNCF mode of the recipes'
+#: INT8 weight-only stages)
+INT8_WEIGHT_MODES = ("auto", "asym", "sym")
+
+
+def int8_weight_mode(choice: str, flags) -> str:
+    """The NNCF mode (``INT8_ASYM`` / ``INT8_SYM``) for ``choice`` on a CPU with cpuinfo
+    ``flags``. ``auto``: ``INT8_SYM`` where the CPU has no int8 dot products
+    (:func:`cosyvino.planner.rules.int8_dot_products`): there the plugin widens every weight to
+    f32 per use, and without a zero point to subtract the LLM decode step measured 0.94x the
+    ASYM one (AVX2 Zen 3, f32 KV cache; docs/performance.md "LLM positional keys"); ``INT8_ASYM`` elsewhere
+    (what the served INT8 dirs were measured with on AVX-512/AMX). Raises InputError for
+    another choice."""
+    from ..planner.rules import int8_dot_products
+
+    if choice not in INT8_WEIGHT_MODES:
+        raise InputError(f"int8_weights must be one of {', '.join(INT8_WEIGHT_MODES)}, "
+                         f"got {choice!r}")
+    if choice == "auto":
+        choice = "asym" if int8_dot_products(flags) else "sym"
+    return f"INT8_{choice.upper()}"
+
+
 DEFAULT_SUBDIR = {"int8-llm-only": "openvino-int8-llm", "int8": "openvino-int8",
                   "int4-llm": "openvino-int4-llm"}
 #: the vocoder graphs ``hift="int8"`` quantizes statically (``hift_source`` has no weights
@@ -177,6 +200,7 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                        num_threads: int | None = None,
                        fp16_storage: Sequence[str] | None = None,
                        snr_floors: dict | None = None, keep_below_floor: bool = False,
+                       int8_weights: str = "auto",
                        progress: Progress | None = None, show_progress: bool = True,
                        overwrite: bool = True) -> tuple[str, dict]:
     """Quantize the converted dir found at ``model_dir`` (a converted dir, or a model dir with
@@ -208,6 +232,9 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
             ``keep_below_floor`` keeps it INT8 (verdict ``kept``). Needs ``eval_texts``
             (without them: verdict ``unmeasured``). A floor for a stage the preset does not
             quantize statically: :class:`InputError`.
+        int8_weights: the mode of the recipe's INT8 weight-only stages (LLM, text encoder):
+            ``asym`` (per-channel scale + zero point), ``sym`` (scale only) or ``auto`` (by
+            this machine, :func:`int8_weight_mode`). Recorded per stage in the manifest.
 
     The manifest's ``quantization.machine`` (and the summary's ``machine``) records the CPU
     the report was measured on (:func:`.machine.machine_record`).
@@ -230,7 +257,9 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     if not int4.is_int4:
         raise InputError(f"int4 settings need an INT4 mode, got {int4.mode!r}")
     # "INT4" in a recipe = the caller's INT4 settings (mode, group size, ratio)
-    weight_plan = {s: (int4 if m == "INT4" else WeightSettings(m))
+    int8_mode = int8_weight_mode(int8_weights, machine_record()["flags"])
+    weight_plan = {s: (int4 if m == "INT4" else
+                       WeightSettings(int8_mode if m == "INT8_ASYM" else m))
                    for s, m in recipe.weights.items()}
     static_stages = list(recipe.static) + (list(HIFT_STAGES) if hift == "int8" else [])
     fp16_storage = recipe.fp16 if fp16_storage is None else tuple(fp16_storage)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cosyvino.families.cosyvoice1.torch.llm import TransformerLM
+from cosyvino.families.cosyvoice1.torch.llm import LLMExplicitCacheStep, TransformerLM
 from cosyvino.families.cosyvoice1.torch.transformer import RelPositionMultiHeadedAttention, _rel_shift
 
 
@@ -99,25 +99,11 @@ POS_BUCKET = 64
 LLM_LAYOUT = {"pos_bucket": POS_BUCKET, "positional": "keys_input", "attention_mask": "batch"}
 
 
-class LLMCacheStep(nn.Module):
+class LLMCacheStep(LLMExplicitCacheStep):
     """The table's ``llm`` step (:class:`cosyvino.families.cosyvoice1.torch.llm.
-    LLMExplicitCacheStep`: ``(inputs_embeds, attention_mask, pos_keys.{l}..., past...) ->
-    (logp, present...)``) as the OpenVINO exporter traces it, inside :func:`sdpa_attention`.
-    """
+    LLMExplicitCacheStep`: ``(inputs_embeds, attention_mask, pos_offset, pos_keys.{l}...,
+    past...) -> (logp, present...)``) as the OpenVINO exporter traces it, inside
+    :func:`sdpa_attention`, slicing windows of :data:`POS_BUCKET` rows."""
 
     def __init__(self, lm: TransformerLM):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor,
-                *rest: torch.Tensor):
-        n = len(self.lm.llm.encoders)
-        pos_offset, pos_keys, past = rest[0], rest[1:n + 1], rest[n + 1:]
-        h, pk, pv = self.lm.llm.forward_cached(inputs_embeds, list(past[0::2]),
-                                               list(past[1::2]), pos_bucket=POS_BUCKET,
-                                               key_mask=attention_mask, pos_keys=pos_keys,
-                                               pos_offset=pos_offset)
-        out = [torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)]
-        for k, v in zip(pk, pv):
-            out += [k, v]
-        return tuple(out)
+        super().__init__(lm, pos_bucket=POS_BUCKET)

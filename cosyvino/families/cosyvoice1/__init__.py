@@ -86,7 +86,7 @@ class CosyVoice1(ModelFamily):
 
         layers, heads, dk, d = llm_cache_layout(model)
         return {"llm": {"layers": layers, "heads": heads, "head_dim": dk, "width": d,
-                        "query_side_pos": True, "stateful": stateful, "pos_bucket": 1,
+                        "stateful": stateful, "pos_bucket": 1,
                         **(llm_layout or {})}}
 
     @classmethod
