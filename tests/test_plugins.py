@@ -257,6 +257,12 @@ def test_builtin_capabilities_on_real_dirs(tmp_path):
     assert o.ready and o.load_dir == str(model) and o.resident_bytes == 1800
     assert o.relative_speed == (1.8 if probe.bf16 else 1.3)
     assert ("bf16" in o.precisions) == probe.bf16
+    # a dir of an older LLM layout (no llm.positional) is one the backend would refuse: the
+    # planner sees it as not ready, with the command that fixes it
+    (model / "openvino" / "manifest.json").write_text(
+        '{"weights": "fp32", "llm": {"pos_bucket": 64, "attention_mask": "batch"}}')
+    o = ov_cls.capabilities(str(model), probe)
+    assert not o.ready and "positional tables" in o.reason and "cosyvino convert" in o.reason
 
 
 def test_plan_reasons_name_the_backend_once(monkeypatch, tmp_path):

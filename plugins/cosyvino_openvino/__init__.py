@@ -139,9 +139,11 @@ class OpenVINOBackend(Backend):
         common = dict(thread_safe=True, streams=True, pinning=True,
                       precisions=tuple(precisions), max_llm_batch=MAX_LLM_BATCH)
         if not ov.get("present"):
-            return Capabilities(ready=False, reason=f"no converted IRs at {where}/openvino/"
-                                "manifest.json (run `cosyvino convert` to enable OpenVINO)",
-                                relative_speed=SPEED_F32, **common)
+            reason = (f"no converted IRs at {where}/openvino/manifest.json (run "
+                      "`cosyvino convert` to enable OpenVINO)")
+            if ov.get("stale"):
+                reason = "; ".join(ov["stale"])
+            return Capabilities(ready=False, reason=reason, relative_speed=SPEED_F32, **common)
         dirs = ov.get("dirs") or ["openvino"]
         qdir = ov.get("quantized_dir")
         if qdir:

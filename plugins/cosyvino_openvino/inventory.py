@@ -148,7 +148,8 @@ def scan(model_dir: str | None) -> dict:
     manifest labels such as ``int8-static`` / ``int8-weights`` normalized), ``dir_precisions``
     / ``dir_bytes`` the same per dir (absolute path), ``quantized_dir`` the first dir written
     by ``cosyvino quantize`` with an INT8/INT4 LLM or estimator (the one served), ``errors``
-    unreadable manifests. A manifest of another runtime (an ONNX dir) does not count.
+    unreadable manifests, ``stale`` dirs the backend would refuse (:func:`stale_layout`; not
+    counted as present). A manifest of another runtime (an ONNX dir) does not count.
     """
     ov: dict = {"present": False, "dirs": [], "bytes": 0, "precisions": {}}
     if model_dir and os.path.isdir(model_dir):
@@ -160,6 +161,18 @@ def scan(model_dir: str | None) -> dict:
     else:
         ov["summary"] = "no OpenVINO IRs"
     return ov
+
+
+def stale_layout(manifest) -> str:
+    """Why the backend would refuse to load a dir with this manifest ('' = it would not): an
+    LLM section without ``positional`` was converted before the LLM took its positional
+    tables as inputs (cosyvino before 2026-12-02). A manifest without an ``llm`` section is
+    not judged (stand-ins, other families)."""
+    llm = manifest.get("llm") if isinstance(manifest, dict) else None
+    if isinstance(llm, dict) and "positional" not in llm:
+        return ("converted before the LLM took its positional tables as inputs; re-run "
+                "`cosyvino convert` (and `cosyvino quantize` for a quantized dir)")
+    return ""
 
 
 def _scan_dir(model_dir: str, sub: str, ov: dict) -> None:
@@ -175,6 +188,10 @@ def _scan_dir(model_dir: str, sub: str, ov: dict) -> None:
         return
     if isinstance(manifest, dict) and manifest_runtime(manifest) != "openvino":
         return  # e.g. an ONNX dir given as the model dir: not ours to serve
+    stale = stale_layout(manifest)
+    if stale:  # the backend would refuse it: plan as if it were not there
+        ov.setdefault("stale", []).append(f"{d}: {stale}")
+        return
     ov["present"] = True
     ov["dirs"].append(sub)
     precs = manifest_precisions(manifest)
