@@ -78,6 +78,25 @@ def test_corrupt_xml_is_refused(ov_copy):
         _load(ov_copy)
 
 
+def test_dir_without_positional_tables_says_what_to_run(ov_copy):
+    """A dir converted before the LLM took its positional tables as inputs (its
+    llm_tables.npz has no pos_weight; manifest consistent with it) is refused with the
+    commands that rewrite it, not a crash in the first LLM step."""
+    import numpy as np
+
+    from cosyvino.converted import file_record, read_manifest, write_manifest
+
+    tables = dict(np.load(ov_copy / "llm_tables.npz"))
+    del tables["pos_weight"]
+    np.savez(ov_copy / "llm_tables.npz", **tables)
+    manifest = read_manifest(str(ov_copy))
+    manifest["files"]["llm_tables.npz"] = file_record(str(ov_copy / "llm_tables.npz"))
+    manifest.pop("checksum", None)
+    write_manifest(str(ov_copy), manifest)
+    with pytest.raises(ConvertedModelError, match="pos_weight.*cosyvino convert"):
+        _load(ov_copy)
+
+
 def test_not_converted_dir_says_what_to_do(tmp_path):
     with pytest.raises(ConvertedModelError, match="cosyvino convert"):
         _load(tmp_path)
