@@ -222,7 +222,8 @@ def quantize(model_dir, calib, preset, hift, int8_weights, out_dir, subset, esti
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
         return out
     for stage, s in summary["stages"].items():
-        click.echo(f"{stage}: {s['precision']} {s['fp32_bin_bytes'] / 1e6:.1f} MB -> "
+        mode = f" ({s['mode']})" if s.get("mode") else ""
+        click.echo(f"{stage}: {s['precision']}{mode} {s['fp32_bin_bytes'] / 1e6:.1f} MB -> "
                    f"{s['bin_bytes'] / 1e6:.1f} MB ({s['size_ratio']:.0%})")
     click.echo(f"all files: {summary['fp32_bytes'] / 1e6:.1f} MB -> "
                f"{summary['bytes'] / 1e6:.1f} MB ({summary['size_ratio']:.0%})")
