@@ -265,6 +265,25 @@ def test_synth_uses_the_plan_unless_flags_override(tiny_model_dir, tmp_path, mon
     assert json.loads(r.stdout)["threads"] is None
 
 
+def test_backend_flag_over_a_plan_of_a_converted_dir_uses_its_source(converted_dir, tmp_path,
+                                                                     monkeypatch):
+    """The trial's case: after `quantize` the plan names an IR-only dir; `synth --backend
+    torch` must load the checkpoint it was converted from, not fail on the missing llm.pt."""
+    from cosyvino.cli.plan_settings import source_model_dir
+
+    conv = converted_dir(TINY_A)
+    src = source_model_dir(conv)
+    assert src != conv and os.path.isfile(os.path.join(src, "llm.pt"))
+    plan = _write_plan(tmp_path / "plan.toml", conv, backend="openvino", threads=1,
+                       precision="f32", kv_cache_precision="f32")
+    monkeypatch.setenv("COSYVINO_PLAN", plan)
+    r = _synth(["--backend", "torch", "--num-speech-tokens", "5", "--json", "Hello.",
+                "-o", str(tmp_path / "t.wav")])
+    assert r.exit_code == 0, r.output
+    assert f"model dir {src}" in r.stderr
+    assert os.path.getsize(tmp_path / "t.wav") > 44
+
+
 def test_demo_and_synth_follow_a_plan_that_chose_openvino(converted_dir, tmp_path,
                                                           monkeypatch):
     """The trial's case: `convert` + `plan` chose OpenVINO, `demo` ran torch."""

@@ -17,12 +17,27 @@ def same_model(a: str, b: str) -> bool:
     return os.path.commonpath([a, b]) in (a, b)
 
 
+def source_model_dir(model_dir: str) -> str:
+    """The official model dir a converted dir was made from (its manifest's ``source_dir``,
+    when that dir exists), else ``model_dir`` itself."""
+    import json
+
+    try:
+        with open(os.path.join(model_dir, "manifest.json"), encoding="utf-8") as f:
+            src = json.load(f).get("source_dir")
+    except (OSError, ValueError, AttributeError):
+        return model_dir
+    return src if isinstance(src, str) and os.path.isdir(src) else model_dir
+
+
 def merge_plan(ctx, settings: dict, plan_path: str | None) -> tuple[dict, str, list[str]]:
     """``settings`` (values by parameter name: ``model_dir``, ``backend``, ``threads``, ...)
     with a plan's values (:func:`cosyvino.server.config.settings_from_plan`) for every key not
     given explicitly (flag or environment variable). The plan's ``backend_options`` (its
-    precision, ...) go with its backend: dropped when ``--backend`` overrides it. A plan made
-    for another model than an explicit ``--model-dir`` is not used.
+    precision, ...) go with its backend: dropped when ``--backend`` overrides it, and so does a
+    converted dir as its ``model_dir`` (e.g. ``D/openvino-int8-llm``, IRs only): the other
+    backend gets the model it was converted from (:func:`source_model_dir`). A plan made for
+    another model than an explicit ``--model-dir`` is not used.
 
     ``plan_path`` None: :func:`cosyvino.server.config.find_plan` (``$COSYVINO_PLAN``,
     ``./plan.toml``, ``<model-dir>/plan.toml``). Returns (settings with ``backend_options``,
@@ -49,6 +64,12 @@ def merge_plan(ctx, settings: dict, plan_path: str | None) -> tuple[dict, str, l
         if key in out and key not in given and not (key == "backend_options"
                                                     and "backend" in given):
             out[key] = value
+    if "backend" in given and "model_dir" not in given and planned_dir:
+        src = source_model_dir(planned_dir)
+        if src != planned_dir:
+            out["model_dir"] = src
+            notes.append(f"--backend overrides the plan: model dir {src} (the plan's "
+                         f"{planned_dir} is a conversion for its backend)")
     overridden = sorted(k.replace("_", "-") for k in given - {"model_dir"} if k in planned)
     source = f"plan {os.path.abspath(path)}" + (
         f", overridden by --{', --'.join(overridden)}" if overridden else "")
