@@ -9,6 +9,11 @@ frame counts; it also checks that the batch-4 rows equal the batch-2 calls (equa
 no padded frame reaches the GroupNorm statistics). Prints a markdown table with the CPU named;
 the last line is the mean time ratio (batch 4) / (2 x batch 2): below ~0.9 batching pays.
 
+``--dynamic`` adds what serving would load: the IR with its batch dim made dynamic (one
+compiled model for any number of requests), timed at batch 2 against the static IR and at batch
+4; and the alternative the server runs today with two sessions: the two batch-2 calls at the
+same time from two threads (each with ``--threads`` threads, so the cores are oversubscribed).
+
     python benchmarks/estimator_batch.py --dir /work/models/full/openvino-int8 [--threads 2]
 """
 
@@ -46,6 +51,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--frames", default="36,110,431", help="mel frames per call (comma list)")
     ap.add_argument("--calls", type=int, default=6)
+    ap.add_argument("--dynamic", action="store_true",
+                    help="also time a dynamic-batch compile and two concurrent batch-2 calls")
     args = ap.parse_args(argv)
     import openvino as ov
 
@@ -59,8 +66,15 @@ def main(argv=None) -> int:
                 for i in m4.inputs})
     b4 = core.compile_model(m4, "CPU", cfg)
     r2, r4 = b2.create_infer_request(), b4.create_infer_request()
+    if args.dynamic:
+        md = core.read_model(path)
+        md.reshape({i.get_any_name(): ov.PartialShape([-1] + list(i.get_partial_shape())[1:])
+                    for i in md.inputs})
+        bd = core.compile_model(md, "CPU", cfg)
+        rd = bd.create_infer_request()
+        r2b = b2.create_infer_request()
     rng = np.random.default_rng(0)
-    rows = []
+    rows, dyn = [], []
     for frames in (int(f) for f in args.frames.split(",")):
         a, b = inputs(2, frames, rng), inputs(2, frames, rng)
         both = {k: np.concatenate([a[k], b[k]]) for k in a}
@@ -78,6 +92,8 @@ def main(argv=None) -> int:
             t4.append((time.perf_counter() - s) * 1e3)
         m2, m4_ = statistics.median(t2), statistics.median(t4)
         rows.append((frames, m2, m4_, m4_ / m2, err))
+        if args.dynamic:
+            dyn.append((frames,) + _dynamic(r2, r2b, rd, a, b, both, ref, args.calls))
     print(f"CPU: {cpu_line()}; {args.threads} threads; {path}")
     print()
     print("| frames | 2 requests alone: 2 x batch-2 calls (ms) | together: 1 batch-4 call (ms) "
@@ -85,9 +101,47 @@ def main(argv=None) -> int:
     print("|---:|---:|---:|---:|---:|")
     for f, m2, m4_, r, e in rows:
         print(f"| {f} | {m2:.1f} | {m4_:.1f} | {r:.3f} | {e:.1e} |")
+    if dyn:
+        print()
+        print("| frames | static batch 2 (ms) | dynamic-batch IR at batch 2 (ms) "
+              "| dynamic at batch 4 (ms) | 2 concurrent batch-2 calls, 2 threads (ms) "
+              "| dynamic batch 4 / concurrent | max abs diff dynamic 4 vs static 2 |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for f, s2, d2, d4, cc, e in dyn:
+            print(f"| {f} | {s2:.1f} | {d2:.1f} | {d4:.1f} | {cc:.1f} | {d4 / cc:.3f} "
+                  f"| {e:.1e} |")
     print()
     print(f"mean ratio batch 4 / (2 x batch 2): {statistics.mean(r for *_, r, _ in rows):.3f}")
     return 0
+
+
+def _dynamic(r2, r2b, rd, a, b, both, ref, calls) -> tuple:
+    """Medians (ms) of: static batch 2, dynamic IR at batch 2, dynamic at batch 4, two
+    concurrent static batch-2 calls; and the max abs difference of the dynamic batch-4 rows."""
+    import threading
+
+    got = rd.infer(both)[0].copy()
+    err = float(np.max(np.abs(got - ref)))
+    s2, d2, d4, cc = [], [], [], []
+
+    def timed(fn, out):
+        s = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - s) * 1e3)
+
+    for _ in range(calls):
+        timed(lambda: r2.infer(a), s2)
+        timed(lambda: rd.infer(a), d2)
+        timed(lambda: rd.infer(both), d4)
+
+        def concurrent():
+            t = threading.Thread(target=r2b.infer, args=(b,))
+            t.start()
+            r2.infer(a)
+            t.join()
+        timed(concurrent, cc)
+    med = statistics.median
+    return med(s2), med(d2), med(d4), med(cc), err
 
 
 if __name__ == "__main__":

@@ -19,8 +19,11 @@ or measures a running one (loopback addresses only; pass --pid for its RSS):
 Batched vs unbatched in one run (``--compare-batching [N]``, N = 4 without a value): first a
 server with ``--max-sessions U`` (``--unbatched-sessions U``, default 1: what the plan serves
 on 2 cores; U = N compares "N sessions time-sharing" with "N sessions batched"), then one with
-``--llm-batch N --max-sessions N``, one after the other, same clients, duration, texts and
-seeds. The last line printed is
+``--llm-batch N --estimator-batch E --max-sessions N`` (``--estimator-batch E``, default N:
+equal-length flow hops of concurrent requests share estimator calls; 1 = LLM batching only),
+one after the other, same clients, duration, texts and seeds; ``--llm-only-too`` measures
+``--llm-batch N --estimator-batch 1`` in between (what each kind of batching gives). The last
+line printed (first configuration against the last) is
 
     batched/unbatched aggregate throughput: X.XXx; p95 first chunk batched / lone: Y.YYx
 
@@ -246,14 +249,21 @@ def cpu_line(root: str = "/") -> str:
 
 
 def server_configs(args) -> list[dict]:
-    """The server configurations to measure, in order: name, max_sessions, llm_batch."""
+    """The server configurations to measure, in order: name, max_sessions, llm_batch,
+    estimator_batch."""
     if args.compare_batching is None:
         return [{"name": f"sessions {args.max_sessions}", "max_sessions": args.max_sessions,
-                 "llm_batch": 1}]
+                 "llm_batch": 1, "estimator_batch": 1}]
     n, u = args.compare_batching, args.unbatched_sessions
-    return [{"name": f"unbatched (sessions {u})", "max_sessions": u, "llm_batch": 1},
-            {"name": f"batched (llm-batch {n}, sessions {n})", "max_sessions": n,
-             "llm_batch": n}]
+    e = n if args.estimator_batch is None else args.estimator_batch
+    out = [{"name": f"unbatched (sessions {u})", "max_sessions": u, "llm_batch": 1,
+            "estimator_batch": 1}]
+    if args.llm_only_too and e > 1:
+        out.append({"name": f"llm-batch {n}, sessions {n}", "max_sessions": n,
+                    "llm_batch": n, "estimator_batch": 1})
+    out.append({"name": f"batched (llm-batch {n}, estimator-batch {e}, sessions {n})",
+                "max_sessions": n, "llm_batch": n, "estimator_batch": e})
+    return out
 
 
 def server_command(args, cfg: dict, port: int) -> list[str]:
@@ -262,7 +272,9 @@ def server_command(args, cfg: dict, port: int) -> list[str]:
            "--port", str(port), "--no-cache", "--log-level", "warning",
            "--max-sessions", str(cfg["max_sessions"]), "--queue-size", str(args.queue_size),
            "--timeout", str(args.timeout), "--drain-timeout", "5",
-           "--llm-batch", str(cfg["llm_batch"])]  # explicit: a plan's batch must not leak in
+           # explicit: a plan's batch sizes must not leak in
+           "--llm-batch", str(cfg["llm_batch"]),
+           "--estimator-batch", str(cfg.get("estimator_batch", 1))]
     for flag, value in (("--plan", args.plan), ("--model-dir", args.model_dir),
                         ("--threads", args.threads), ("--backend", args.backend),
                         ("--num-speech-tokens", args.tokens)):
@@ -461,6 +473,10 @@ def parse_args(argv=None):
     ap.add_argument("--compare-batching", type=int, nargs="?", const=4, default=None,
                     metavar="N", help="measure an unbatched server, then one with "
                     "--llm-batch N --max-sessions N (N = 4 without a value)")
+    ap.add_argument("--estimator-batch", type=int, default=None, metavar="E",
+                    help="--estimator-batch of the batched server (default: N)")
+    ap.add_argument("--llm-only-too", action="store_true",
+                    help="also measure --llm-batch N --estimator-batch 1 in between")
     ap.add_argument("--unbatched-sessions", type=int, default=1,
                     help="--max-sessions of the unbatched server of --compare-batching")
     ap.add_argument("--queue-size", type=int, default=64)
@@ -481,6 +497,8 @@ def parse_args(argv=None):
             ap.error("--compare-batching starts its own servers: no --url")
         if args.compare_batching < 2 or args.unbatched_sessions < 1:
             ap.error("--compare-batching N needs N >= 2 and --unbatched-sessions >= 1")
+        if args.estimator_batch is not None and args.estimator_batch < 1:
+            ap.error("--estimator-batch must be >= 1")
     if not 0 < args.timeout <= 3600:
         ap.error("--timeout must be 0..3600 s")
     return args
@@ -499,8 +517,9 @@ def run_configs(args) -> list[dict]:
                 wait_ready(url, proc, args.ready_timeout, log)
                 result = measure(url, proc.pid, proc, args)
         result.update(name=cfg["name"], config=f"sessions {cfg['max_sessions']}, "
-                      f"llm-batch {cfg['llm_batch']}", max_sessions=cfg["max_sessions"],
-                      llm_batch=cfg["llm_batch"])
+                      f"llm-batch {cfg['llm_batch']}, estimator-batch "
+                      f"{cfg['estimator_batch']}", max_sessions=cfg["max_sessions"],
+                      llm_batch=cfg["llm_batch"], estimator_batch=cfg["estimator_batch"])
         results.append(result)
     return results
 
@@ -545,8 +564,8 @@ def main(argv=None) -> int:
         with atomic_write(args.json_out) as fh:
             fh.write(json.dumps({"run": meta, "results": results}, indent=2,
                                 ensure_ascii=False).encode("utf-8"))
-    if len(results) == 2:
-        print(ratio_line(results[0], results[1]))
+    if len(results) >= 2:
+        print(ratio_line(results[0], results[-1]))
     return 0
 
 

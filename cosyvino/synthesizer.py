@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .audio import Audio, join_chunks
-from .engine import Engine, RequestHandle, Scheduler
+from .engine import CallRendezvous, Engine, RequestHandle, Scheduler
 from .errors import BackendError, InputError, ModelDirError, UnknownSpeakerError
 from .families import get_family
 from .plugins import get_backend
@@ -60,9 +60,9 @@ class ChunkStream:
             pass
 
 
-def _check_llm_batch(n) -> None:
+def _check_llm_batch(n, name: str = "llm_batch") -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError(f"llm_batch must be a positive integer, got {n!r}")
+        raise InputError(f"{name} must be a positive integer, got {n!r}")
 
 
 class Synthesizer:
@@ -87,6 +87,11 @@ class Synthesizer:
             runs (continuous batching; capped at the stages' ``max_llm_batch``). 1 (default) = off: each
             request decodes in its own session. A request's tokens and audio are the same for
             its seed either way (docs/architecture.md, "Batching across requests").
+        estimator_batch: most concurrent requests whose CFM estimator calls of equal shape
+            run as one backend call (batch 2N; capped at the stages' ``max_estimator_batch``;
+            only with ``max_parallel`` >= 2, when requests' flow hops can run at the same
+            time). 1 (default) = off. Same audio per seed either way (the rows are
+            independent; tested to 1e-4).
         voices_dir: where registered voices are kept (:mod:`cosyvino.voice_store`; one file
             per voice, read at start and whenever another process changes it). None (default):
             ``<model_dir>/voices`` (created on the first :meth:`add_voice`); give a writable
@@ -107,17 +112,18 @@ class Synthesizer:
     Raises:
         ModelDirError / ConfigError / CheckpointError: bad (or, for None, absent) model dir.
         BackendError: unknown or unusable backend.
-        InputError: ``modes`` names a mode the family does not have; ``llm_batch`` is not a
-            positive integer.
+        InputError: ``modes`` names a mode the family does not have; ``llm_batch`` or
+            ``estimator_batch`` is not a positive integer.
     """
 
     def __init__(self, model_dir: str | None = None, backend: str = "torch", *,
                  num_threads: int | None = None, max_parallel: int = 1,
-                 overlap_stages: bool = True, llm_batch: int = 1,
+                 overlap_stages: bool = True, llm_batch: int = 1, estimator_batch: int = 1,
                  voices_dir: str | os.PathLike | bool | None = None,
                  prompt_backend: str | None = None, modes: Sequence[str] | None = None,
                  prompt_encoder=None, **backend_options):
         _check_llm_batch(llm_batch)  # before the (slow) load
+        _check_llm_batch(estimator_batch, "estimator_batch")
         if model_dir is None:
             model_dir = _existing_default_model()
         self.model_dir = str(model_dir)
@@ -129,7 +135,7 @@ class Synthesizer:
         stages = backend_cls.load(self.model_dir, num_threads=num_threads, **backend_options)
         self.load_seconds = time.perf_counter() - start
         self._attach(stages, max_parallel, overlap_stages, llm_batch=llm_batch,
-                     voices_dir=voices_dir,
+                     estimator_batch=estimator_batch, voices_dir=voices_dir,
                      prompt_backend=prompt_backend, modes=modes, num_threads=num_threads,
                      prompt_encoder=prompt_encoder)
 
@@ -137,30 +143,33 @@ class Synthesizer:
     def from_stages(cls, stages, *, backend_name: str = "custom", model_dir: str | None = None,
                     max_parallel: int = 1, voices_dir: str | os.PathLike | bool | None = None,
                     prompt_backend: str | None = None, modes: Sequence[str] | None = None,
-                    prompt_encoder=None, llm_batch: int = 1) -> "Synthesizer":
+                    prompt_encoder=None, llm_batch: int = 1,
+                    estimator_batch: int = 1) -> "Synthesizer":
         """A Synthesizer around already loaded ``stages`` (a family's
         :class:`cosyvino.backends.Stages` subclass), e.g. a wrapper that records or times
         stage calls; ``voices_dir`` / ``prompt_backend`` / ``modes`` / ``prompt_encoder`` /
-        ``llm_batch`` as in
-        the constructor
+        ``llm_batch`` / ``estimator_batch`` as in the constructor
         (without ``model_dir``: voices in memory, no prompt models unless the family finds
         some). Raises as :meth:`set_max_parallel`."""
         self = cls.__new__(cls)
         self.model_dir = model_dir
         self.backend_name = backend_name
         self.load_seconds = 0.0
-        self._attach(stages, max_parallel, llm_batch=llm_batch, voices_dir=voices_dir,
+        self._attach(stages, max_parallel, llm_batch=llm_batch,
+                     estimator_batch=estimator_batch, voices_dir=voices_dir,
                      prompt_backend=prompt_backend, modes=modes, prompt_encoder=prompt_encoder)
         return self
 
     def _attach(self, stages, max_parallel: int, overlap_stages: bool = True, *,
-                llm_batch: int = 1, voices_dir=None, prompt_backend: str | None = None,
-                modes: Sequence[str] | None = None, num_threads: int | None = None,
-                prompt_encoder=None) -> None:
+                llm_batch: int = 1, estimator_batch: int = 1, voices_dir=None,
+                prompt_backend: str | None = None, modes: Sequence[str] | None = None,
+                num_threads: int | None = None, prompt_encoder=None) -> None:
         _check_llm_batch(llm_batch)
+        _check_llm_batch(estimator_batch, "estimator_batch")
         self.stages = stages
         self.overlap_stages = bool(overlap_stages)
         self.llm_batch = llm_batch
+        self.estimator_batch = estimator_batch
         self.config = stages.config
         self.family = get_family(getattr(stages, "family", "") or "cosyvoice1")
         self.frontend = self.family.make_frontend(self.config)
@@ -216,10 +225,29 @@ class Synthesizer:
         self.engine = Engine(self.stages, self.family, self.frontend, lock=self._lock,
                              lane_locks=lane_locks, voices=self._store,
                              model_dir=self.model_dir, modes=self._mode_names,
-                             prompts=self._prompts)
+                             prompts=self._prompts, batchers=self._batchers(n))
         if getattr(self, "_scheduler", None) is not None:
             self._scheduler.close()
             self._scheduler = None
+
+    def _batchers(self, n: int) -> dict:
+        """Stage name -> :class:`CallRendezvous` for the engine (``estimator_batch`` >= 2
+        with ``n`` >= 2 parallel requests and stages that batch the stage), else {}."""
+        if n < 2 or self.estimator_batch < 2 or not getattr(self.stages, "thread_safe", False):
+            return {}
+        out = {}
+        for name, (fn, cap) in self.family.batchable_stages(self.stages).items():
+            if name == "estimator" and min(cap, self.estimator_batch) >= 2:
+                out[name] = CallRendezvous(fn, min(cap, self.estimator_batch))
+        return out
+
+    @property
+    def estimator_batch_stats(self) -> dict | None:
+        """The estimator rendezvous' :meth:`~cosyvino.engine.rendezvous.CallRendezvous.stats`
+        (calls, member_calls, mean_members, max_members, members, occupancy); None when
+        estimator calls are not batched."""
+        rv = self.engine.batchers.get("estimator")
+        return None if rv is None else rv.stats()
 
     # ---- properties --------------------------------------------------------------------------
     @property

@@ -93,7 +93,7 @@ def test_ratio_line_is_parseable():
 def _args(**kw):
     base = dict(compare_batching=None, unbatched_sessions=1, max_sessions=1, queue_size=64,
                 timeout=300.0, plan=None, model_dir=None, threads=None, backend=None,
-                tokens=None)
+                tokens=None, estimator_batch=None, llm_only_too=False)
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -102,16 +102,23 @@ def test_server_configs_and_commands():
     args = _args(compare_batching=4, unbatched_sessions=4, plan="p.toml", model_dir="D",
                  threads=2, backend="openvino", tokens=40)
     cfgs = lt.server_configs(args)
-    assert [(c["max_sessions"], c["llm_batch"]) for c in cfgs] == [(4, 1), (4, 4)]
+    assert [(c["max_sessions"], c["llm_batch"], c["estimator_batch"]) for c in cfgs] == [
+        (4, 1, 1), (4, 4, 4)]
     unb, bat = (lt.server_command(args, c, 1234) for c in cfgs)
     assert unb[unb.index("--llm-batch") + 1] == "1"        # explicit: a plan cannot batch it
+    assert unb[unb.index("--estimator-batch") + 1] == "1"
     assert bat[bat.index("--llm-batch") + 1] == "4"
+    assert bat[bat.index("--estimator-batch") + 1] == "4"
     assert bat[bat.index("--max-sessions") + 1] == "4"
     for flag, value in (("--plan", "p.toml"), ("--model-dir", "D"), ("--threads", "2"),
                         ("--backend", "openvino"), ("--num-speech-tokens", "40"),
                         ("--port", "1234")):
         assert unb[unb.index(flag) + 1] == value
     assert [c["max_sessions"] for c in lt.server_configs(_args(max_sessions=3))] == [3]
+    three = lt.server_configs(_args(compare_batching=2, estimator_batch=2, llm_only_too=True))
+    assert [(c["llm_batch"], c["estimator_batch"]) for c in three] == [(1, 1), (2, 1), (2, 2)]
+    llm_only = lt.server_configs(_args(compare_batching=2, estimator_batch=1, llm_only_too=True))
+    assert [(c["llm_batch"], c["estimator_batch"]) for c in llm_only] == [(1, 1), (2, 1)]
 
 
 def test_parse_args_compare_batching_default_and_errors():

@@ -40,9 +40,29 @@ def captured(monkeypatch):
 
 def test_settings_from_plan(plan_file, tiny_model_dir):
     got = settings_from_plan(plan_file)
-    # a plan without llm_batch (written before the batch dimension) means batch 1
+    # a plan without llm_batch / estimator_batch (written before them) means batch 1
     assert got == {"model_dir": tiny_model_dir, "backend": "torch", "max_sessions": 2,
-                   "queue_size": 3, "threads": 1, "llm_batch": 1}
+                   "queue_size": 3, "threads": 1, "llm_batch": 1, "estimator_batch": 1}
+
+
+def test_serve_takes_the_plans_estimator_batch_unless_given(plan_file, captured, monkeypatch):
+    with open(plan_file, encoding="utf-8") as f:
+        text = f.read()
+    with open(plan_file, "w", encoding="utf-8") as f:
+        f.write(text.replace("max_sessions = 2\n", "max_sessions = 2\nestimator_batch = 2\n"))
+    monkeypatch.delenv("COSYVINO_ESTIMATOR_BATCH", raising=False)
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][0].estimator_batch == 2 and "estimator_batch=2" in r.output
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--estimator-batch", "1",
+                                  "--no-cache"])
+    assert r.exit_code == 0 and captured[-1][0].estimator_batch == 1
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--max-sessions", "1",
+                                  "--no-cache"])
+    assert r.exit_code == 0 and "--estimator-batch 2 has no effect with 1 session" in r.output
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--estimator-batch", "0",
+                                  "--no-cache"])
+    assert r.exit_code == 2
 
 
 def test_serve_takes_the_plans_llm_batch_unless_given(plan_file, captured, monkeypatch):

@@ -71,6 +71,8 @@ class Capabilities:
         max_llm_batch: decode rows of concurrent requests one backend call advances
             (the loaded stages' ``max_llm_batch``, ``new_llm_batch``); 1 = the backend cannot
             batch them (each row is its own call: the weights are read once per row).
+        max_estimator_batch: requests (CFG pairs: batch 2 each) one estimator call can hold
+            (the loaded stages' ``max_estimator_batch``); 1 = one request per call.
     """
 
     ready: bool
@@ -86,6 +88,7 @@ class Capabilities:
     options: dict = field(default_factory=dict)
     weight_precisions: dict = field(default_factory=dict)
     max_llm_batch: int = 1
+    max_estimator_batch: int = 1
 
 
 class Backend(abc.ABC):

@@ -94,6 +94,9 @@ def parse_bytes(text: str) -> int:
 @click.option("--llm-batch", type=click.IntRange(min=1), default=None,
               help="Override: LLM decode rows of concurrent requests one batched step "
                    "advances per stream (1 = no batching).")
+@click.option("--estimator-batch", type=click.IntRange(min=1), default=None,
+              help="Override: concurrent requests whose equal-length flow estimator calls "
+                   "run as one call (1 = no batching).")
 @click.option("--queue", type=click.IntRange(min=0), default=None,
               help="Override: requests waiting before the server answers 503.")
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), default=None,
@@ -107,7 +110,7 @@ def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, 
          k8s_name, k8s_namespace, k8s_replicas, k8s_max_replicas, k8s_autoscaler,
          k8s_target_utilization, k8s_prometheus, k8s_static_cpu, k8s_shutdown_delay,
          k8s_drain_timeout, k8s_model_dir, as_json, backend, threads, streams, pinning,
-         sessions, llm_batch, queue, precision, shared_host, memory_limit):
+         sessions, llm_batch, estimator_batch, queue, precision, shared_host, memory_limit):
     """Probe this machine and write a deployment plan (threads, streams, backend, precision,
     sessions) that `cosyvino serve` and Synthesizer.auto() follow. See docs/planner.md."""
     from cosyvino.planner import make_plan, probe
@@ -135,6 +138,7 @@ def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, 
     overrides = dict(backend=backend, threads=threads, streams=streams, pinning=pinning,
                      sessions=sessions, queue=queue, precision=precision,
                      shared_host=shared_host, llm_batch=llm_batch,
+                     estimator_batch=estimator_batch,
                      memory_limit=parse_bytes(memory_limit) if memory_limit else None)
     p = probe(model_dir=model_dir)
     result = make_plan(p, model_dir=model_dir, goal=goal, **overrides)

@@ -66,6 +66,11 @@ def _is_loopback(host: str) -> bool:
               help="Most LLM decode steps of concurrent requests one backend call runs "
                    "(continuous batching; needs --max-sessions >= 2; capped by the "
                    "backend). 1 = off. Default: from the plan, else 1.")
+@click.option("--estimator-batch", envvar="COSYVINO_ESTIMATOR_BATCH",
+              type=click.IntRange(min=1), default=1,
+              help="Most concurrent requests whose flow estimator calls of equal length one "
+                   "backend call runs (needs --max-sessions >= 2; capped by the backend). "
+                   "1 = off. Default: from the plan, else 1.")
 @click.option("--queue-size", envvar="COSYVINO_QUEUE_SIZE", type=click.IntRange(min=0), default=8,
               help="Requests that may wait for a session; more get 503 + Retry-After. "
                    "Default: from the plan, else 8.")
@@ -123,7 +128,7 @@ def _is_loopback(host: str) -> bool:
                    "table (docs/server.md, 'Voice aliases').")
 @click.pass_context
 def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend, threads,
-          max_sessions, llm_batch, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
+          max_sessions, llm_batch, estimator_batch, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
           cache_memory_mb, cache_disk_mb, voices_dir, max_upload_mb, num_speech_tokens,
           no_warmup, log_level, log_format, shutdown_delay, cors_origins, voice_aliases):
     """Serve speech over HTTP: OpenAI /v1/audio/speech and CosyVoice /inference_sft.
@@ -158,7 +163,7 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
         settings, source, notes = merge_plan(
             ctx, {"model_dir": model_dir, "backend": backend, "threads": threads,
                   "max_sessions": max_sessions, "queue_size": queue_size,
-                  "llm_batch": llm_batch}, plan_path)
+                  "llm_batch": llm_batch, "estimator_batch": estimator_batch}, plan_path)
         for note in notes:
             say("warning", note)
         config = ServerConfig(
@@ -183,11 +188,16 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
     if config.llm_batch > 1 and config.max_sessions < 2:
         say("warning", f"--llm-batch {config.llm_batch} has no effect with {config.max_sessions} "
             "session: batching needs concurrent requests (--max-sessions >= 2)")
+    if config.estimator_batch > 1 and config.max_sessions < 2:
+        say("warning", f"--estimator-batch {config.estimator_batch} has no effect with "
+            f"{config.max_sessions} session: batching needs concurrent requests "
+            "(--max-sessions >= 2)")
     if not _is_loopback(host) and not config.api_key:
         say("warning", f"listening on {host} without --api-key: anyone who can reach this "
             "port can use the server")
     say("info", f"cosyvino serve: http://{host}:{port} backend={config.backend} "
         f"sessions={config.max_sessions} llm_batch={config.llm_batch} "
+        f"estimator_batch={config.estimator_batch} "
         f"queue={config.queue_size} threads={config.threads or 'default'} ({source})")
     try:
         run(config, host, port, log_level=log_level)

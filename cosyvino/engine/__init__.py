@@ -6,7 +6,8 @@ requests on worker threads. Random draws are indexed by seed and position
 from .draws import RandomDraws
 from .engine import Engine, RequestState
 from .program import Phase, Program
+from .rendezvous import CallRendezvous
 from .scheduler import RequestHandle, Scheduler
 
-__all__ = ["Engine", "Phase", "Program", "RandomDraws", "RequestHandle", "RequestState",
+__all__ = ["CallRendezvous", "Engine", "Phase", "Program", "RandomDraws", "RequestHandle", "RequestState",
            "Scheduler"]

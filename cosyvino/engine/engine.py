@@ -58,11 +58,15 @@ class Engine:
             offers, :meth:`ModelFamily.modes_for`).
         prompts: the family's prompt encoder (:meth:`ModelFamily.prompt_encoder`) for requests
             with ``prompt_audio`` / ``source_audio``; None: such requests are refused.
+        batchers: stage name -> :class:`~cosyvino.engine.rendezvous.CallRendezvous` shared by
+            the programs of this engine (:meth:`ModelFamily.new_program` ``batchers``):
+            concurrent requests' calls of that stage with equal shapes run as one call.
     """
 
     def __init__(self, stages, family, frontend, *, lock=None, lane_locks: dict | None = None,
                  voices: Mapping[str, Voice] | None = None, model_dir: str | None = None,
-                 modes: Sequence[str] | None = None, prompts=None):
+                 modes: Sequence[str] | None = None, prompts=None,
+                 batchers: Mapping | None = None):
         self.stages = stages
         self.lane_locks = dict(lane_locks or {})
         self.family = family
@@ -70,6 +74,7 @@ class Engine:
         self.lock = lock
         self.model_dir = model_dir
         self.prompts = prompts
+        self.batchers = dict(batchers or {})
         self.builtin_voices = dict(builtin_voices(stages.speakers))
         self.registered = voices if voices is not None else {}
         self._mode_names = None if modes is None else tuple(modes)
@@ -115,8 +120,9 @@ class Engine:
                 unavailable[n] = why or "not offered by this model"
         req = request.validated(modes=modes, voices=voices, speech_vocab=self.speech_vocab,
                                 prompts=self.prompts, unavailable=unavailable)
+        extra = {"batchers": self.batchers} if self.batchers else {}
         program = self.family.new_program(self.stages, req, RandomDraws(req.seed),
-                                          self.frontend)
+                                          self.frontend, **extra)
         state = RequestState(req, program, cancel or threading.Event())
         program.cancel = state.cancel
         return state

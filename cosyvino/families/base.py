@@ -373,10 +373,19 @@ class ModelFamily(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def new_program(cls, stages, request, draws, frontend):
+    def new_program(cls, stages, request, draws, frontend, batchers=None):
         """A :class:`cosyvino.engine.program.Program`: the state machine of one validated
         :class:`cosyvino.request.SynthesisRequest` on loaded ``stages``, drawing its random
-        numbers from ``draws`` (:class:`cosyvino.engine.draws.RandomDraws`)."""
+        numbers from ``draws`` (:class:`cosyvino.engine.draws.RandomDraws`). ``batchers``
+        (given only when the engine has any): stage name -> the
+        :class:`cosyvino.engine.rendezvous.CallRendezvous` the requests on ``stages`` share
+        for that stage's calls (CosyVoice v1: ``"estimator"``, see :meth:`batchable_stages`)."""
+
+    @classmethod
+    def batchable_stages(cls, stages) -> dict:
+        """Stage name -> the stages' function whose concurrent calls of equal shape may be
+        combined along axis 0, with its cap (``{name: (fn, cap)}``; cap >= 2). Default: none."""
+        return {}
 
     @classmethod
     def speech_vocab(cls, config) -> int | None:

@@ -93,8 +93,8 @@ def _lost_int8_dot_products(plan: Plan, now) -> str:
 
 
 def synthesizer_from_plan(cls, model_dir: str | None, plan: Plan):
-    """``cls(model_dir, backend=plan.backend, **plan.backend_options, llm_batch=plan.llm_batch)``
-    (``llm_batch`` only when > 1); when the backend
+    """``cls(model_dir, backend=plan.backend, **plan.backend_options, llm_batch=plan.llm_batch,
+    estimator_batch=plan.estimator_batch)`` (each only when > 1); when the backend
     rejects an option (older/newer plugin), retries with ``num_threads`` only and warns."""
     if model_dir is None and plan.model_dir and os.path.isfile(
             os.path.join(plan.model_dir, "cosyvoice.yaml")):
@@ -102,6 +102,8 @@ def synthesizer_from_plan(cls, model_dir: str | None, plan: Plan):
     opts = dict(plan.backend_options)
     if getattr(plan, "llm_batch", 1) > 1:
         opts["llm_batch"] = plan.llm_batch
+    if getattr(plan, "estimator_batch", 1) > 1:
+        opts["estimator_batch"] = plan.estimator_batch
     try:
         synth = cls(model_dir, backend=plan.backend, **opts)
     except BackendError as e:

@@ -41,6 +41,9 @@ class Plan:
       before the server answers 503);
     * ``llm_batch`` (decode rows of concurrent requests one batched LLM step advances per
       stream; 1 = no batching) -> ``Synthesizer(llm_batch=)``, ``cosyvino serve --llm-batch``;
+    * ``estimator_batch`` (concurrent requests whose equal-length estimator calls run as one
+      call; 1 = none) -> ``Synthesizer(estimator_batch=)``, ``cosyvino serve
+      --estimator-batch``;
     * :meth:`check_machine` -> warnings when the machine no longer matches the probe.
 
     ``decisions`` is a list of {name, value, reason}; ``probe`` the :class:`Probe` snapshot as a
@@ -55,6 +58,7 @@ class Plan:
     max_sessions: int
     queue_size: int
     llm_batch: int = 1
+    estimator_batch: int = 1
     goal: str = "latency"
     model_dir: str = ""
     precision: dict = field(default_factory=dict)

@@ -81,10 +81,13 @@ def format_plan(plan: Plan) -> str:
     out.append(f"  => {plan.backend}: {plan.streams} stream(s) x {plan.threads_per_stream} "
                f"thread(s) = {plan.total_threads} thread(s); pinning "
                f"{'on' if plan.pinning else 'off'}; {plan.max_sessions} session(s), queue "
-               f"{plan.queue_size}; LLM decode batch {plan.llm_batch}")
+               f"{plan.queue_size}; LLM decode batch {plan.llm_batch}; estimator batch "
+               f"{getattr(plan, 'estimator_batch', 1)}")
     opts = ", ".join(f"{k}={v}" for k, v in plan.backend_options.items())
     if plan.llm_batch > 1:
         opts += f", llm_batch={plan.llm_batch}"
+    if getattr(plan, "estimator_batch", 1) > 1:
+        opts += f", estimator_batch={plan.estimator_batch}"
     out.append(f"  => Synthesizer(model_dir, backend={plan.backend!r}, {opts})")
     tuning = plan.tuning or {}
     if tuning.get("candidates"):

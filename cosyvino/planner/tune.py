@@ -216,7 +216,8 @@ def tune(plan: Plan, probe: Probe, model_dir: str | None, *, synthesizer,
 _DECISIONS_OF = {"threads": ("threads_override",), "pinning": ("pinning",),
                  "streams": ("streams", "threads_per_stream"),
                  "precision": ("compute_precision",), "sessions": ("max_sessions",),
-                 "queue": ("queue_size",), "llm_batch": ("llm_batch",)}
+                 "queue": ("queue_size",), "llm_batch": ("llm_batch",),
+                 "estimator_batch": ("estimator_batch",)}
 
 
 def apply_tuning(plan: Plan, probe: Probe, model_dir: str | None, tuning: dict,

@@ -29,6 +29,9 @@ class ServerConfig:
     #: most LLM decode steps of concurrent requests in one backend call (1 = no batching;
     #: :class:`cosyvino.engine.Scheduler` ``llm_batch``)
     llm_batch: int = 1
+    #: most concurrent requests whose equal-shape CFM estimator calls run as one backend call
+    #: (1 = none; ``Synthesizer(estimator_batch=)``; needs ``max_sessions`` >= 2)
+    estimator_batch: int = 1
     #: seconds from arrival to the last byte (queue wait included); then the work is cancelled
     request_timeout: float = 120.0
     api_key: str | None = None
@@ -72,6 +75,10 @@ class ServerConfig:
         if isinstance(self.llm_batch, bool) or not isinstance(self.llm_batch, int) or \
                 self.llm_batch < 1:
             raise InputError(f"llm batch must be an integer >= 1, got {self.llm_batch!r}")
+        if isinstance(self.estimator_batch, bool) or not isinstance(self.estimator_batch, int) \
+                or self.estimator_batch < 1:
+            raise InputError(f"estimator batch must be an integer >= 1, got "
+                             f"{self.estimator_batch!r}")
         if self.queue_size < 0:
             raise InputError(f"queue size must be >= 0, got {self.queue_size}")
         if not self.request_timeout > 0:
@@ -110,6 +117,7 @@ _PLAN_KEYS = {
     "max_sessions": ("max_sessions", "max_concurrent_sessions", "sessions", "workers"),
     "queue_size": ("queue_size", "queue", "queue_length", "max_queue"),
     "llm_batch": ("llm_batch",),
+    "estimator_batch": ("estimator_batch",),
 }
 
 
@@ -141,7 +149,8 @@ def settings_from_plan(path: str) -> dict:
     Uses ``cosyvino.planner.load_plan(path)`` when the planner is installed (it validates the
     plan and warns when the machine no longer matches); otherwise reads the TOML/JSON file
     directly. Either way the result is mapped through :data:`_PLAN_KEYS` to ``model_dir``,
-    ``backend``, ``threads``, ``max_sessions``, ``queue_size``, ``llm_batch`` and
+    ``backend``, ``threads``, ``max_sessions``, ``queue_size``, ``llm_batch``,
+    ``estimator_batch`` and
     ``backend_options`` (the
     plan's ``[backend_options]`` less ``num_threads``, which becomes ``threads``); keys the plan
     lacks are left to the flags.

@@ -64,6 +64,15 @@ class Metrics:
                                          "batched LLM decode step so far", registry=r)
         self.llm_batch_steps = Gauge("cosyvino_llm_batch_steps", "Batched LLM decode steps "
                                      "so far", registry=r)
+        self.estimator_batch_calls = Gauge(
+            "cosyvino_estimator_batch_calls", "Estimator calls run through the rendezvous so "
+            "far (0 = estimator batching off)", registry=r)
+        self.estimator_batch_mean_requests = Gauge(
+            "cosyvino_estimator_batch_mean_requests", "Mean requests per estimator call so "
+            "far (batch 2 per request)", registry=r)
+        self.estimator_batch_members = Gauge(
+            "cosyvino_estimator_batch_members", "Requests inside a flow solve that may share "
+            "estimator calls now", registry=r)
         self.build_info = Gauge("cosyvino_build_info", "Always 1; the labels say what runs",
                                 ["version", "backend"], registry=r)
         ProcessCollector(registry=r)
@@ -87,6 +96,18 @@ class Metrics:
         self.llm_batch_rows.set_function(lambda: total("rows"))
         self.llm_batch_steps.set_function(lambda: total("steps"))
         self.llm_batch_mean_rows.set_function(lambda: total("mean_rows", max))
+
+    def track_estimator_batching(self, stats) -> None:
+        """Compute the ``cosyvino_estimator_batch_*`` gauges at each scrape from ``stats()``:
+        a list of :meth:`~cosyvino.engine.rendezvous.CallRendezvous.stats` (one per loaded
+        model, None where estimator calls are not batched)."""
+        def total(key, combine=sum):
+            values = [s[key] for s in stats() if s]
+            return combine(values) if values else 0
+
+        self.estimator_batch_calls.set_function(lambda: total("calls"))
+        self.estimator_batch_members.set_function(lambda: total("members"))
+        self.estimator_batch_mean_requests.set_function(lambda: total("mean_members", max))
 
 
 #: endpoint label values (anything else is "other": bounded label cardinality)

@@ -753,11 +753,12 @@ def load_synthesizers(config, model_dir: str) -> list:
     n = config.max_sessions
     voices = {} if config.voices_dir is None else {"voices_dir": config.voices_dir}
     first = Synthesizer(model_dir, backend=config.backend, num_threads=config.threads,
+                        estimator_batch=getattr(config, "estimator_batch", 1),
                         **voices, **config.backend_options)
     if n == 1:
         return [first]
     if getattr(first.stages, "thread_safe", False):
-        first.set_max_parallel(n)
+        first.set_max_parallel(n)  # rebuilds the engine, with its estimator rendezvous
         return [first]
     return [first] + [Synthesizer(model_dir, backend=config.backend, num_threads=config.threads,
                                   prompt_encoder=first.prompt_encoder, **voices,

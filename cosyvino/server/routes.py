@@ -69,6 +69,8 @@ class AppState:
         self.metrics.track_capacity(lambda: self.pool.admitted, self.config.max_sessions)
         self.metrics.track_batching(lambda: [] if self.pool.scheduler is None
                                     else self.pool.scheduler.batch_stats)
+        self.metrics.track_estimator_batching(
+            lambda: [s.estimator_batch_stats for s in self.pool.synths])
         self.metrics.build_info.labels(__version__, self.config.backend).set(1)
 
     @property
@@ -447,6 +449,7 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         body = {"ready": pool.ready.is_set() and not draining,
                 "draining": draining, "version": __version__, "backend": config.backend,
                 "sessions": config.max_sessions, "llm_batch": config.llm_batch,
+                "estimator_batch": config.estimator_batch,
                 "queue_size": config.queue_size,
                 "in_flight": pool.running, "settings": config.source,
                 "admission": pool.estimates()}

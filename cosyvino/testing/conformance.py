@@ -32,6 +32,9 @@ prepares the bundled tiny golden model (:data:`cosyvino.testing.TINY_MODEL_DIR`)
 * batched decode (``new_llm_batch``): rows of different cache lengths, joining and leaving
   between steps, give each session's own rows; ``capabilities().max_llm_batch`` agrees with
   ``Stages.max_llm_batch``;
+* batched estimator calls (``Stages.max_estimator_batch`` >= 2): one call of 2N rows gives
+  each request's rows of its own batch-2 call (:attr:`atol`); ``capabilities()
+  .max_estimator_batch`` agrees with ``Stages.max_estimator_batch``;
 * the input contract for bad shapes and dtypes (raise, or convert and return documented dtypes;
   a session that raised works again after ``reset()``).
 
@@ -248,6 +251,9 @@ class BackendConformance:
             assert caps.max_llm_batch == stages.max_llm_batch >= 1, (
                 f"capabilities().max_llm_batch is {caps.max_llm_batch} but "
                 f"Stages.max_llm_batch is {stages.max_llm_batch}: make them agree")
+            assert caps.max_estimator_batch == stages.max_estimator_batch >= 1, (
+                f"capabilities().max_estimator_batch is {caps.max_estimator_batch} but "
+                f"Stages.max_estimator_batch is {stages.max_estimator_batch}: make them agree")
             if caps.load_dir is not None:
                 assert os.path.isdir(caps.load_dir)
         missing = available_class.capabilities(str(tmp_path / "missing"), probe)
@@ -426,6 +432,31 @@ class BackendConformance:
                 assert err <= self.atol, f"row {i} step {done[i]}: batched logp error {err:.2e}"
         batch.close()
         assert len(batch) == 0
+
+    def test_estimator_batch_rows_equal_calls(self, stages, golden, graphs):
+        """Where ``max_estimator_batch`` >= 2: requests' batch-2 estimator inputs (different
+        x, t, mu, spks) concatenated into one call give each request's own call's rows; at 1
+        the batch-2 call is the contract (checked by the shape and parity tests)."""
+        cap = int(stages.max_estimator_batch)
+        assert cap >= 1
+        base = self._estimator_args(golden, graphs)
+        names = graphs["estimator"].input_names
+        rng = np.random.default_rng(7)
+        requests = [base]
+        for i in range(1, min(cap, 3)):
+            args = dict(zip(names, base))
+            for k in ("x", "mu", "spks"):
+                args[k] = (args[k] + rng.standard_normal(args[k].shape)).astype(np.float32)
+            args["t"] = np.full_like(args["t"], 0.15 * i)
+            requests.append(tuple(args[k] for k in names))
+        alone = [stages.estimate(*r) for r in requests]
+        if len(requests) < 2:
+            return
+        out = stages.estimate(*(np.concatenate(parts) for parts in zip(*requests)))
+        assert out.shape == (2 * len(requests),) + alone[0].shape[1:]
+        for i, ref in enumerate(alone):
+            err = _maxabs(out[2 * i:2 * i + 2], ref)
+            assert err <= self.atol, f"request {i}: batched estimator rows differ by {err:.2e}"
 
     def test_concurrent_calls_when_thread_safe(self, stages, golden, graphs):
         if not stages.thread_safe:

@@ -63,6 +63,10 @@ OPENVINO_RESIDENT_FACTOR = 1.8
 #: ``max_llm_batch``): a bound for the scheduler, not a measured optimum (benchmarks/llm_batch.py
 #: measures the step cost per batch size)
 MAX_LLM_BATCH = 64
+#: requests one estimator call can hold (``Capabilities.max_estimator_batch``; the stages load
+#: the estimator with a dynamic batch dim): a bound, the planner's ``estimator_batch`` picks the
+#: size (docs/performance.md, "Batched estimator calls across requests")
+MAX_ESTIMATOR_BATCH = 4
 #: the same for a ``cosyvino quantize --preset int8`` dir (static INT8 stages keep more than their
 #: file size; docs/performance.md "INT8")
 OPENVINO_QUANTIZED_RESIDENT_FACTOR = 2.0
@@ -137,7 +141,8 @@ class OpenVINOBackend(Backend):
         if probe is not None and (probe.vnni or probe.amx):
             precisions.append("int8")
         common = dict(thread_safe=True, streams=True, pinning=True,
-                      precisions=tuple(precisions), max_llm_batch=MAX_LLM_BATCH)
+                      precisions=tuple(precisions), max_llm_batch=MAX_LLM_BATCH,
+                      max_estimator_batch=MAX_ESTIMATOR_BATCH)
         if not ov.get("present"):
             reason = (f"no converted IRs at {where}/openvino/manifest.json (run "
                       "`cosyvino convert` to enable OpenVINO)")

@@ -26,7 +26,7 @@ from cosyvino.families.cosyvoice1.graphs import GRAPH_NAMES, graph_table, llm_po
 from cosyvino.errors import BackendError, ConvertedModelError
 from cosyvino.families.cosyvoice1.yaml_config import read_model_config
 
-from . import MAX_LLM_BATCH
+from . import MAX_ESTIMATOR_BATCH, MAX_LLM_BATCH
 from .memory import IntermediateReleaser, fold_weight_broadcasts, release_weight_pages
 from .snake import polynomial_sin_squares
 
@@ -358,7 +358,8 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
         compiled = {}
         for stage, stem in graph_table(self.config).stems.items():
             cfg = dict(per_stage[stage], **llm_props) if stage == "llm" else per_stage[stage]
-            compiled[stage] = self._compile(os.path.join(conv_dir, stem + ".xml"), cfg)
+            compiled[stage] = self._compile(os.path.join(conv_dir, stem + ".xml"), cfg,
+                                            dynamic_batch=stage == "estimator")
             self.compile_info[stage] = self._read_back(compiled[stage])
             # after each stage, so the load peak holds one stage's mapped pages, not all
             self._pages.release()
@@ -379,13 +380,19 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
         self._runners = {k: _Runner(v, k, self._pages, self._intermediates)
                          for k, v in compiled.items() if k != "llm"}
 
-    def _compile(self, path: str, cfg: dict) -> ov.CompiledModel:
+    def _compile(self, path: str, cfg: dict, dynamic_batch: bool = False) -> ov.CompiledModel:
         """Compile one IR; IRs with broadcast weights (:func:`fold_weight_broadcasts`) and, for
         a stage compiled in bf16, Snake ``sin^2`` terms (:func:`polynomial_sin_squares`) are
         rewritten first (counts in ``self.load_rewrites`` by IR file name); the others compile
-        from the path (its blob-cache key)."""
+        from the path (its blob-cache key). ``dynamic_batch``: the inputs' first dim becomes
+        dynamic (the estimator: one compiled model serves batch 2 and the batched calls of
+        several requests; measured as fast as the static batch-2 IR at batch 2 and with no
+        second copy of its weights, docs/performance.md)."""
         try:
             model = self.core.read_model(path)
+            if dynamic_batch:
+                model.reshape({p.get_any_name(): ov.PartialShape([-1] + list(
+                    p.get_partial_shape())[1:]) for p in model.inputs})
             folded = fold_weight_broadcasts(model)
             if folded:
                 log.debug("%s: %d MatMul weights no longer broadcast", path, folded)
@@ -395,7 +402,8 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
                 log.debug("%s: %d sin^2 terms as polynomials", path, sines)
             self.load_rewrites[os.path.basename(path)] = {"weight_broadcasts": folded,
                                                           "sin_squares": sines}
-            return self.core.compile_model(model if folded or sines else path, "CPU", cfg)
+            return self.core.compile_model(
+                model if folded or sines or dynamic_batch else path, "CPU", cfg)
         except Exception as e:  # openvino raises RuntimeError with a long message
             raise BackendError(f"OpenVINO failed to compile {path}: {e}") from e
 
@@ -442,6 +450,10 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
     def length_regulate(self, h, interp):
         return self._runners["length_regulator"](np.asarray(h, np.float32),
                                                  np.asarray(interp, np.float32))[0]
+
+    #: requests (CFG pairs) one :meth:`estimate` call can hold: the estimator is compiled with
+    #: a dynamic batch dim
+    max_estimator_batch = MAX_ESTIMATOR_BATCH
 
     def estimate(self, x, mask, mu, t, spks, cond):
         return self._runners["estimator"](*(np.asarray(a, np.float32)

@@ -20,6 +20,9 @@ TORCH_FILES = ("llm.pt", "flow.pt", "hift.pt")
 #: ``max_llm_batch``): a bound for the scheduler, not a measured optimum (benchmarks/llm_batch.py
 #: measures the step cost per batch size)
 MAX_LLM_BATCH = 64
+#: requests one estimator call can hold (``Capabilities.max_estimator_batch``): eager torch runs
+#: any batch; a bound for the rendezvous, the planner's ``estimator_batch`` picks the size
+MAX_ESTIMATOR_BATCH = 4
 
 
 def _size(n: int) -> str:
@@ -83,7 +86,7 @@ class TorchBackend(Backend):
             missing.insert(0, "cosyvoice.yaml")
         where = model_dir or "the model dir"
         common = dict(relative_speed=1.0, thread_safe=True, precisions=("fp32",),
-                      max_llm_batch=MAX_LLM_BATCH,
+                      max_llm_batch=MAX_LLM_BATCH, max_estimator_batch=MAX_ESTIMATOR_BATCH,
                       resident_bytes=inv.get("bytes") or None,
                       resident_basis="llm.pt + flow.pt + hift.pt")
         if missing:

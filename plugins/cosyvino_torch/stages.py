@@ -33,7 +33,7 @@ from cosyvino.families.cosyvoice1.torch.llm import (
 from cosyvino.families.cosyvoice1.torch.flow_encoder import FlowEncoderStage
 from cosyvino.families.cosyvoice1.torch.loading import load_torch_model
 
-from . import MAX_LLM_BATCH
+from . import MAX_ESTIMATOR_BATCH, MAX_LLM_BATCH
 
 
 def _t(a: np.ndarray) -> torch.Tensor:
@@ -192,6 +192,9 @@ class TorchStages(CosyVoice1Stages):
     def length_regulate(self, h, interp):
         with torch.inference_mode():
             return _np(self._length_regulator(_t(h), _t(interp)))
+
+    #: eager torch runs any batch (rows are independent in the estimator)
+    max_estimator_batch = MAX_ESTIMATOR_BATCH
 
     def estimate(self, x, mask, mu, t, spks, cond):
         with torch.inference_mode():

@@ -150,10 +150,20 @@ class CosyVoice1(ModelFamily):
                              **options)
 
     @classmethod
-    def new_program(cls, stages, request, draws, frontend):
+    def batchable_stages(cls, stages) -> dict:
+        """``{"estimator": (stages.estimate, stages.max_estimator_batch)}`` when the stages
+        take more than one request per estimator call, else {}."""
+        cap = int(getattr(stages, "max_estimator_batch", 1))
+        return {"estimator": (stages.estimate, cap)} if cap >= 2 else {}
+
+    @classmethod
+    def new_program(cls, stages, request, draws, frontend, batchers=None):
+        from .pipeline import Pipeline
         from .program import CosyVoice1Program
 
-        return CosyVoice1Program(stages, request, draws, frontend)
+        rv = (batchers or {}).get("estimator")
+        pipeline = None if rv is None else Pipeline(stages, estimator_rendezvous=rv)
+        return CosyVoice1Program(stages, request, draws, frontend, pipeline=pipeline)
 
 
 from .modes import MODES  # noqa: E402  (numpy only)

@@ -9,6 +9,7 @@ fixed stage computations of :class:`.stages.CosyVoice1Stages`. Must not import t
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from dataclasses import dataclass
@@ -99,15 +100,20 @@ class Pipeline:
     """Text tokens -> speech tokens -> mel -> waveform on one loaded :class:`CosyVoice1Stages`."""
 
     def __init__(self, stages: CosyVoice1Stages, *,
-                 vocoder_chunk_frames: int | None = VOCODER_CHUNK_FRAMES):
+                 vocoder_chunk_frames: int | None = VOCODER_CHUNK_FRAMES,
+                 estimator_rendezvous=None):
         """``vocoder_chunk_frames``: longest mel the vocoder decode gets in one call (see
-        :func:`vocoder_chunks`); None decodes every segment whole."""
+        :func:`vocoder_chunks`); None decodes every segment whole. ``estimator_rendezvous``:
+        a :class:`cosyvino.engine.rendezvous.CallRendezvous` over ``stages.estimate`` shared
+        with other requests' pipelines: the estimator calls of concurrent flow solves with
+        equal shapes then run as one batched call (None: each call alone)."""
         if vocoder_chunk_frames is not None and vocoder_chunk_frames < 1:
             raise InputError(f"vocoder_chunk_frames must be >= 1 or None, got "
                              f"{vocoder_chunk_frames}")
         self.stages = stages
         self.config = stages.config
         self.vocoder_chunk_frames = vocoder_chunk_frames
+        self.estimator_rendezvous = estimator_rendezvous
         self._sos, self._task = stages.llm_special_embeddings()
 
     # ---- LLM -------------------------------------------------------------------------------
@@ -259,17 +265,23 @@ class Pipeline:
         mask = np.ones((1, 1, inputs.mu.shape[-1]), dtype=np.float32)
         calls = 0
 
-        def estimate(*args):
-            nonlocal calls
-            calls += 1
-            return self.stages.estimate(*args)
-
+        rv = self.estimator_rendezvous
+        # every call of this solve has the shapes of mu (batch 2): the rendezvous key
+        joined = (contextlib.nullcontext(self.stages.estimate) if rv is None
+                  else rv.member(("estimate",) + tuple(inputs.mu.shape[1:])))
         start = time.perf_counter()
         try:
-            mel = solve_euler_cfg(estimate, noise, mask, inputs.mu, inputs.spks, inputs.cond,
-                                  n_timesteps=n_timesteps or fcfg.cfm.n_timesteps,
-                                  cfg_rate=fcfg.cfm.inference_cfg_rate,
-                                  before_step=before_step)
+            with joined as call:
+                def estimate(*args):
+                    nonlocal calls
+                    calls += 1
+                    return call(*args)
+
+                mel = solve_euler_cfg(estimate, noise, mask, inputs.mu, inputs.spks,
+                                      inputs.cond,
+                                      n_timesteps=n_timesteps or fcfg.cfm.n_timesteps,
+                                      cfg_rate=fcfg.cfm.inference_cfg_rate,
+                                      before_step=before_step)
         finally:
             times.add("flow_estimator", time.perf_counter() - start, calls)
         return np.ascontiguousarray(mel[:, :, inputs.prompt_frames:])

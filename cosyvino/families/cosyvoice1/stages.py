@@ -249,11 +249,18 @@ class CosyVoice1Stages(Stages):
         """h float32 [1, N, 80], interp float32 [M, N] -> mu float32 [1, M, 80]
         (conv stack of the InterpolateRegulator applied to ``interp @ h``)."""
 
+    #: requests one :meth:`estimate` call can hold (batch 2N for N requests: rows 2i, 2i+1 are
+    #: request i's conditional and unconditional rows); 1 = batch 2 only. Concurrent requests'
+    #: calls of equal shape are combined up to it (:class:`cosyvino.engine.rendezvous
+    #: .CallRendezvous`); each row's output must not depend on the other rows.
+    max_estimator_batch: ClassVar[int] = 1
+
     @abc.abstractmethod
     def estimate(self, x: np.ndarray, mask: np.ndarray, mu: np.ndarray, t: np.ndarray,
                  spks: np.ndarray, cond: np.ndarray) -> np.ndarray:
-        """One CFM estimator call, batch 2 (conditional, unconditional):
-        x/mu/cond float32 [2, 80, T], mask [2, 1, T], t [2], spks [2, 80] -> [2, 80, T]."""
+        """One CFM estimator call, batch B = 2 (conditional, unconditional), or 2N for N
+        requests where ``max_estimator_batch`` >= N: x/mu/cond float32 [B, 80, T],
+        mask [B, 1, T], t [B], spks [B, 80] -> velocity float32 [B, 80, T]."""
 
     # ---- vocoder ---------------------------------------------------------------------------
     @abc.abstractmethod

@@ -141,9 +141,12 @@ class LoggingTorchBackend(Backend):
         caps = get_backend(INNER).capabilities(model_dir, probe)
         # same files and speed as torch at one thread: never faster than torch, so the
         # planner picks it only through --backend logging-torch; its stages step LLM
-        # sessions one by one (no batched decode: max_llm_batch 1)
-        return dataclasses.replace(caps, thread_safe=False, max_llm_batch=1, relative_speed=min(
-            caps.relative_speed, 1.0), reason=f"{caps.reason} (via {INNER}, timing logs)")
+        # sessions one by one (no batched decode: max_llm_batch 1) and take one request per
+        # estimator call (max_estimator_batch 1)
+        return dataclasses.replace(caps, thread_safe=False, max_llm_batch=1,
+                                   max_estimator_batch=1,
+                                   relative_speed=min(caps.relative_speed, 1.0),
+                                   reason=f"{caps.reason} (via {INNER}, timing logs)")
 
     @classmethod
     def load(cls, model_dir: str, *, num_threads: int = 1, **options) -> Stages:
