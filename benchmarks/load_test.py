@@ -103,6 +103,8 @@ METRICS = (  # (key, label)
     ("p95_first_chunk_over_lone", "p95 first chunk / lone"),
     ("rss_start_mb", "server RSS start (MB)"),
     ("rss_end_mb", "server RSS end (MB)"),
+    ("llm_batch_mean_rows", "LLM rows per batched decode step (mean)"),
+    ("estimator_batch_mean_requests", "requests per estimator call (mean)"),
 )
 
 
@@ -456,7 +458,38 @@ def measure(url: str, pid, proc, args) -> dict:
                                                 result["lone_first_chunk_s"])
     result["rss_start_mb"] = rss_start
     result["rss_end_mb"] = rss_mb(pid)
+    result.update(batch_gauges(url))
     return result
+
+
+#: /metrics gauge -> result key: how much batching the run saw
+BATCH_GAUGES = {"cosyvino_llm_batch_mean_rows": "llm_batch_mean_rows",
+                "cosyvino_estimator_batch_mean_requests": "estimator_batch_mean_requests"}
+
+
+def parse_gauges(text: str, names) -> dict:
+    """Values of the unlabelled gauges ``names`` in a Prometheus text exposition."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in names:
+            try:
+                out[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def batch_gauges(url: str) -> dict:
+    """The server's batch occupancy after the run (None where /metrics did not answer)."""
+    import httpx
+
+    try:
+        text = httpx.get(url + "/metrics", timeout=10).text
+    except httpx.HTTPError:
+        text = ""
+    got = parse_gauges(text, BATCH_GAUGES)
+    return {key: got.get(name) for name, key in BATCH_GAUGES.items()}
 
 
 def parse_args(argv=None):

@@ -1,8 +1,8 @@
 """Batched LLM decode in the scheduler (issue 17, engine part): concurrent requests whose decode
 steps run as rows of one LLMBatch give exactly the tokens and audio each gives alone (same
 seed), whether they join together or mid-decode, leave at segment ends and rejoin, or another
-row is cancelled; a lone request keeps its own session; occupancy is counted. Tiny model, torch
-and OpenVINO."""
+row is cancelled; a lone request keeps its own session; occupancy is counted. Tiny model, every
+built-in backend (torch, OpenVINO, ONNX Runtime)."""
 
 from __future__ import annotations
 
@@ -20,16 +20,19 @@ SEGMENT = StreamingOptions("segment")
 TWO_SEGMENTS = "今天天气很好，我们一起去公园散步吧。" * 3 + "Hello there, how are you today? " * 4
 
 
-@pytest.fixture(scope="module", params=["torch", "openvino"])
-def tts(request, converted_dir):
+@pytest.fixture(scope="module", params=["torch", "openvino", "onnxruntime"])
+def tts(request, converted_dir, onnx_dir):
     from cosyvino import Synthesizer
 
     if request.param == "torch":
         s = Synthesizer(str(TINY_A), backend="torch", voices_dir=False)
-    else:
+    elif request.param == "openvino":
         pytest.importorskip("openvino")
         s = Synthesizer(converted_dir(TINY_A), backend="openvino", voices_dir=False,
                         precision="f32", kv_cache_precision="f32")
+    else:
+        pytest.importorskip("onnxruntime")
+        s = Synthesizer(onnx_dir(TINY_A), backend="onnxruntime", voices_dir=False)
     yield s
     s.close()
 

@@ -146,3 +146,15 @@ def test_markdown_table_has_a_column_per_config():
     assert lines[0] == "| metric | a | b |"
     assert "| ok | 3 | 5 |" in lines
     assert "| measured window (s) | n/a | 1.500 |" in lines
+
+
+def test_parse_gauges_reads_the_batch_occupancy():
+    text = ("# HELP cosyvino_llm_batch_mean_rows Mean rows\n"
+            "# TYPE cosyvino_llm_batch_mean_rows gauge\n"
+            "cosyvino_llm_batch_mean_rows 2.5\n"
+            "cosyvino_estimator_batch_mean_requests 1.75\n"
+            'cosyvino_requests_total{endpoint="/ready"} 3.0\n'
+            "cosyvino_llm_batch_steps nan-ish\n")
+    got = lt.parse_gauges(text, lt.BATCH_GAUGES)
+    assert got == {"cosyvino_llm_batch_mean_rows": 2.5,
+                   "cosyvino_estimator_batch_mean_requests": 1.75}
