@@ -89,10 +89,7 @@ class Metrics:
         """Compute the ``cosyvino_llm_batch_*`` gauges at each scrape from ``stats()``: the
         scheduler's :meth:`~cosyvino.engine.Scheduler.batch_stats` (a list, one entry per
         engine, None where it does not batch), or [] before the model is loaded."""
-        def total(key, combine=sum):
-            values = [s[key] for s in stats() if s]
-            return combine(values) if values else 0
-
+        total = _combined(stats)
         self.llm_batch_rows.set_function(lambda: total("rows"))
         self.llm_batch_steps.set_function(lambda: total("steps"))
         self.llm_batch_mean_rows.set_function(lambda: total("mean_rows", max))
@@ -101,13 +98,19 @@ class Metrics:
         """Compute the ``cosyvino_estimator_batch_*`` gauges at each scrape from ``stats()``:
         a list of :meth:`~cosyvino.engine.rendezvous.CallRendezvous.stats` (one per loaded
         model, None where estimator calls are not batched)."""
-        def total(key, combine=sum):
-            values = [s[key] for s in stats() if s]
-            return combine(values) if values else 0
-
+        total = _combined(stats)
         self.estimator_batch_calls.set_function(lambda: total("calls"))
         self.estimator_batch_members.set_function(lambda: total("members"))
         self.estimator_batch_mean_requests.set_function(lambda: total("mean_members", max))
+
+
+def _combined(stats):
+    """``total(key, combine=sum)``: ``combine`` of ``key`` over the non-None dicts of
+    ``stats()`` at call time (0 when there are none)."""
+    def total(key, combine=sum):
+        values = [s[key] for s in stats() if s]
+        return combine(values) if values else 0
+    return total
 
 
 #: endpoint label values (anything else is "other": bounded label cardinality)
