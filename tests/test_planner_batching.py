@@ -197,3 +197,86 @@ def test_tune_measures_batched_steps_on_real_stages():
         max_llm_batch = 1
 
     assert measure_llm_batch_steps(NoBatch()) == {}
+
+
+# ---- estimator batch ---------------------------------------------------------------------------
+def test_estimator_batch_follows_sessions_per_stream_backend_cap_and_override(tmp_path):
+    plan = make_plan(_probe(trees.this_machine, tmp_path), sessions=4, streams=1)
+    assert plan.estimator_batch == 4  # 4 requests per stream, OpenVINO holds 4 per call
+    assert "requests per stream" in plan.decision("estimator_batch")["reason"]
+    plan = make_plan(_probe(trees.this_machine, tmp_path / "b"), sessions=1, streams=1)
+    assert plan.estimator_batch == 1
+    assert "nothing to batch" in plan.decision("estimator_batch")["reason"]
+    plan = make_plan(_probe(trees.this_machine, tmp_path / "c"), sessions=4, streams=1,
+                     estimator_batch=2)
+    assert plan.estimator_batch == 2
+    assert plan.decision("estimator_batch")["reason"] == "set by --estimator-batch (override)"
+    with pytest.raises(PlanError, match="estimator-batch"):
+        make_plan(_probe(trees.this_machine, tmp_path / "d"), estimator_batch=0)
+
+
+def test_estimator_batch_from_a_backend_that_takes_one_request_per_call(tmp_path, monkeypatch):
+    from cosyvino.planner import rules
+
+    real = rules._candidates
+
+    def one_per_call(*a, **k):
+        caps = real(*a, **k)
+        return {n: type(c)(**{**c.__dict__, "max_estimator_batch": 1}) for n, c in caps.items()}
+
+    monkeypatch.setattr(rules, "_candidates", one_per_call)
+    plan = make_plan(_probe(trees.this_machine, tmp_path), sessions=4, streams=1)
+    assert plan.estimator_batch == 1
+    assert "max_estimator_batch 1" in plan.decision("estimator_batch")["reason"]
+
+
+def test_tuned_estimator_ratio_decides(tmp_path):
+    gain = {"estimator_batch": {"frames": 64, "concurrent_ms": 400.0, "batched_ms": 300.0,
+                                "ratio": 0.75}}
+    plan = make_plan(_probe(trees.this_machine, tmp_path), sessions=2, streams=1, tuned=gain)
+    assert plan.estimator_batch == 2
+    assert "--tune" in plan.decision("estimator_batch")["reason"]
+    none = {"estimator_batch": {"frames": 64, "ratio": 0.97}}
+    plan = make_plan(_probe(trees.this_machine, tmp_path / "b"), sessions=2, streams=1,
+                     tuned=none)
+    assert plan.estimator_batch == 1 and "no gain" in plan.decision("estimator_batch")["reason"]
+
+
+def test_estimator_batch_round_trips_and_reaches_the_synthesizer(tmp_path):
+    from cosyvino.planner.auto import synthesizer_from_plan
+    from cosyvino.server.config import settings_from_plan
+
+    plan = make_plan(_probe(trees.this_machine, tmp_path), sessions=2, streams=1)
+    path = plan.save(str(tmp_path / "plan.toml"))
+    assert load_plan(path).estimator_batch == 2
+    assert settings_from_plan(path)["estimator_batch"] == 2
+    old = plan.to_dict()
+    old.pop("estimator_batch")
+    assert Plan.from_dict(old).estimator_batch == 1
+    seen = {}
+
+    class Fake:
+        def __init__(self, model_dir, backend, **opts):
+            seen.update(opts)
+
+    synthesizer_from_plan(Fake, None, load_plan(path))
+    assert seen["estimator_batch"] == 2
+
+
+def test_tune_measures_the_estimator_batch_on_real_stages():
+    from cosyvino.planner.tune import measure_estimator_batch
+    from cosyvino.plugins import get_backend
+
+    stages = get_backend("torch").load(str(TINY_A), num_threads=1)
+    try:
+        got = measure_estimator_batch(stages, frames=16, repeats=1)
+    finally:
+        stages.close()
+    assert got["frames"] == 16 and got["concurrent_ms"] > 0 and got["batched_ms"] > 0
+    assert got["ratio"] == pytest.approx(got["batched_ms"] / got["concurrent_ms"], abs=1e-3)
+
+    class OnePerCall:
+        max_estimator_batch = 1
+        thread_safe = True
+
+    assert measure_estimator_batch(OnePerCall()) is None

@@ -571,8 +571,13 @@ def _llm_batch(probe: Probe, backend: str, caps: Capabilities, goal: str, stream
     return log.decide("llm_batch", batch, f"{why} ({src})" if src else why)
 
 
+#: a measured batched / concurrent estimator time at or above this turns estimator batching off
+#: (the rendezvous then costs waits for no gain)
+ESTIMATOR_BATCH_MIN_GAIN = 0.95
+
+
 def _estimator_batch(backend: str, caps: Capabilities, streams: int, max_sessions: int,
-                     override: int | None, log: _Log) -> int:
+                     override: int | None, tuned: dict | None, log: _Log) -> int:
     """Concurrent requests whose equal-shape estimator calls run as one call
     (:class:`cosyvino.engine.rendezvous.CallRendezvous`)."""
     if override is not None:
@@ -591,6 +596,17 @@ def _estimator_batch(backend: str, caps: Capabilities, streams: int, max_session
         return log.decide("estimator_batch", 1, f"{max_sessions} session(s) on {streams} "
                           "stream(s): no two requests share a stream's cores, nothing to batch")
     n = min(per_stream, caps.max_estimator_batch)
+    measured = (tuned or {}).get("estimator_batch")
+    if isinstance(measured, dict) and isinstance(measured.get("ratio"), (int, float)):
+        ratio, frames = float(measured["ratio"]), measured.get("frames", "?")
+        if ratio >= ESTIMATOR_BATCH_MIN_GAIN:
+            return log.decide("estimator_batch", 1, f"--tune: one batched call of two requests "
+                              f"took {ratio:.2f}x the time of their two calls at once "
+                              f"({frames} frames): no gain here")
+        return log.decide("estimator_batch", n, f"{per_stream} requests per stream; --tune: one "
+                          f"batched call of two requests took {ratio:.2f}x the time of their "
+                          f"two calls at once ({frames} frames); equal-length hops share it, a "
+                          "lone request never waits")
     return log.decide(
         "estimator_batch", n,
         f"{per_stream} requests per stream: flow hops of equal length (the same streaming "
@@ -757,7 +773,7 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
                "after its own prefill and leaves at its end, so no step waits for company "
                "(a window would add its wait to every token of a lone request)"
                if batch > 1 else "no batching")
-    est_batch = _estimator_batch(be, cap, n_streams, max_sessions, estimator_batch, log)
+    est_batch = _estimator_batch(be, cap, n_streams, max_sessions, estimator_batch, tuned, log)
     if queue is not None:
         queue_size = log.decide("queue_size", queue, "set by --queue (override)")
     else:

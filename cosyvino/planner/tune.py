@@ -122,6 +122,62 @@ def measure_llm_batch_steps(stages, rows=BATCH_ROWS, prefix: int = BATCH_PREFIX,
     return out
 
 
+#: mel frames of the estimator calls ``--tune`` times batched vs alone (a streaming hop of the
+#: ``latency`` schedule is 36-110 frames; docs/performance.md "Batched estimator calls")
+ESTIMATOR_FRAMES = 64
+ESTIMATOR_REPEATS = 3
+
+
+def measure_estimator_batch(stages, frames: int = ESTIMATOR_FRAMES,
+                            repeats: int = ESTIMATOR_REPEATS) -> dict | None:
+    """Two requests' estimator calls (batch 2 each, ``frames`` mel frames) run the way a
+    server without estimator batching runs them, at the same time from two threads, against
+    one batch-4 call (:class:`cosyvino.engine.rendezvous.CallRendezvous`), interleaved,
+    ``repeats`` times after one warm-up each. Returns {frames, concurrent_ms, batched_ms,
+    ratio (batched / concurrent; below 1 batching pays)}; None when the stages take one
+    request per call (``max_estimator_batch`` < 2) or are not thread-safe."""
+    import threading
+
+    import numpy as np
+
+    if int(getattr(stages, "max_estimator_batch", 1)) < 2 or not getattr(
+            stages, "thread_safe", False):
+        return None
+    c = int(stages.config.flow.output_size)
+    rng = np.random.default_rng(0)
+
+    def args(batch):
+        return (rng.standard_normal((batch, c, frames), dtype=np.float32),
+                np.ones((batch, 1, frames), np.float32),
+                rng.standard_normal((batch, c, frames), dtype=np.float32),
+                np.full((batch,), 0.3, np.float32),
+                rng.standard_normal((batch, c), dtype=np.float32),
+                np.zeros((batch, c, frames), np.float32))
+
+    a, b, both = args(2), args(2), args(4)
+
+    def concurrent():
+        t = threading.Thread(target=stages.estimate, args=b)
+        t.start()
+        stages.estimate(*a)
+        t.join()
+
+    def timed(fn) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+    timed(concurrent)
+    timed(lambda: stages.estimate(*both))
+    conc, bat = [], []
+    for _ in range(repeats):
+        conc.append(timed(concurrent))
+        bat.append(timed(lambda: stages.estimate(*both)))
+    cm, bm = statistics.median(conc), statistics.median(bat)
+    return {"frames": frames, "concurrent_ms": round(cm, 2), "batched_ms": round(bm, 2),
+            "ratio": round(bm / cm, 3)}
+
+
 def _measure(synthesizer, cand: dict, model_dir: str | None, tokens: int, deadline: float,
              slice_s: float, batch_steps: bool = False) -> dict:
     res = {k: cand[k] for k in ("label", "backend", "options", "streams")}
@@ -149,6 +205,12 @@ def _measure(synthesizer, cand: dict, model_dir: str | None, tokens: int, deadli
                                           measure_llm_batch_steps(synth.stages).items()}
             except Exception as e:  # a failed batch measurement leaves the estimate in charge
                 res["llm_batch_steps_error"] = f"{type(e).__name__}: {e}"
+            try:
+                est = measure_estimator_batch(synth.stages)
+                if est is not None:
+                    res["estimator_batch"] = est
+            except Exception as e:  # the rule then decides without a measurement
+                res["estimator_batch_error"] = f"{type(e).__name__}: {e}"
     finally:
         synth.stages.close()
         del synth
@@ -166,7 +228,8 @@ def tune(plan: Plan, probe: Probe, model_dir: str | None, *, synthesizer,
 
     Returns the ``tuning`` record: {seconds, tokens, llm_batch_steps ({rows: ms per batched
     decode step} of the plan's configuration, :func:`measure_llm_batch_steps`; keys are strings
-    for TOML), goal, candidates: [...], best, best_index, bf16_faster}. ``best`` is None when nothing could be measured.
+    for TOML), estimator_batch (:func:`measure_estimator_batch` of the plan's configuration,
+    when its stages batch estimator calls), goal, candidates: [...], best, best_index, bf16_faster}. ``best`` is None when nothing could be measured.
     """
     say = say or (lambda m: None)
     cands = candidates(plan, probe)
@@ -204,8 +267,10 @@ def tune(plan: Plan, probe: Probe, model_dir: str | None, *, synthesizer,
     f32 = next((r for r in results if r.get("label") == "plan" and r.get("status") == "ok"), None)
     b16 = next((r for r in results if r.get("bf16") and r.get("status") == "ok"), None)
     steps = results[0].get("llm_batch_steps") if results else None
+    est = results[0].get("estimator_batch") if results else None
     return {"seconds": round(time.perf_counter() - start, 2), "tokens": tokens,
             "llm_batch_steps": dict(steps or {}),
+            **({"estimator_batch": dict(est)} if est else {}),
             "goal": plan.goal, "candidates": results,
             "best": results[best_i]["label"] if best_i is not None else None,
             "best_index": best_i,
