@@ -87,11 +87,13 @@ class Synthesizer:
             runs (continuous batching; capped at the stages' ``max_llm_batch``). 1 (default) = off: each
             request decodes in its own session. A request's tokens and audio are the same for
             its seed either way (docs/architecture.md, "Batching across requests").
-        estimator_batch: most concurrent requests whose CFM estimator calls of equal shape
+        estimator_batch: most concurrent :meth:`submit` requests whose CFM estimator calls
             run as one backend call (batch 2N; capped at the stages' ``max_estimator_batch``;
             only with ``max_parallel`` >= 2, when requests' flow hops can run at the same
-            time). 1 (default) = off. Same audio per seed either way (the rows are
-            independent; tested to 1e-4).
+            time). Only hops of equal length combine: the same number of mel frames, e.g. the
+            same streaming hop of two requests without prompt audio, or two segments of the
+            same speech-token count. 1 (default) = off. Same audio per seed either way (the
+            rows are independent; tested to 1e-4). :attr:`estimator_batch_stats` counts it.
         voices_dir: where registered voices are kept (:mod:`cosyvino.voice_store`; one file
             per voice, read at start and whenever another process changes it). None (default):
             ``<model_dir>/voices`` (created on the first :meth:`add_voice`); give a writable
@@ -243,9 +245,10 @@ class Synthesizer:
 
     @property
     def estimator_batch_stats(self) -> dict | None:
-        """The estimator rendezvous' :meth:`~cosyvino.engine.rendezvous.CallRendezvous.stats`
-        (calls, member_calls, mean_members, max_members, members, occupancy); None when
-        estimator calls are not batched."""
+        """The estimator rendezvous' :meth:`~cosyvino.engine.rendezvous.CallRendezvous.stats`:
+        calls (backend calls), member_calls (request calls served), mean_members,
+        max_members, members (requests inside a flow solve now), occupancy (requests per
+        call -> number of calls); None when estimator calls are not batched."""
         rv = self.engine.batchers.get("estimator")
         return None if rv is None else rv.stats()
 
@@ -483,7 +486,9 @@ class Synthesizer:
                callback: Callable | None = None) -> RequestHandle:
         """Run ``request`` on this model's scheduler (``max_parallel`` worker threads, steps
         of concurrent requests interleaved); returns at once with a
-        :class:`~cosyvino.engine.RequestHandle` (iterate it, or pass ``callback``).
+        :class:`~cosyvino.engine.RequestHandle` (iterate it, or pass ``callback``). Requests run
+        whether or not their handles are being iterated: several handles can be iterated one
+        after the other (chunks wait in the handle).
 
         Raises (here, before anything runs): the errors of :meth:`stream`.
         """

@@ -102,3 +102,19 @@ def test_estimator_batched_server_gauges_and_audio(tiny_model_dir):
     finally:
         server.stop()
         synth.close()
+
+
+def test_pool_reports_the_estimator_batch_that_applies(tiny_model_dir):
+    from cosyvino.server.metrics import Metrics
+    from cosyvino.server.pool import SynthesisPool
+
+    cfg = ServerConfig(max_sessions=2, estimator_batch=8).validate()
+    assert SynthesisPool(cfg, None, Metrics()).estimator_batch == 8  # not loaded: as asked
+    synth = Synthesizer(tiny_model_dir, backend="torch", num_threads=1, max_parallel=2,
+                        estimator_batch=8)
+    try:  # torch holds 4 requests per estimator call
+        assert SynthesisPool(cfg, [synth], Metrics()).estimator_batch == 4
+        synth.set_max_parallel(1)  # no concurrency: no rendezvous
+        assert SynthesisPool(cfg, [synth], Metrics()).estimator_batch == 1
+    finally:
+        synth.close()

@@ -185,13 +185,14 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
             "session(s), which the plan sized for its own batch (sessions = streams x "
             "llm_batch); pass --max-sessions too, or re-plan with `cosyvino plan --llm-batch "
             f"{config.llm_batch}`")
-    if config.llm_batch > 1 and config.max_sessions < 2:
-        say("warning", f"--llm-batch {config.llm_batch} has no effect with {config.max_sessions} "
-            "session: batching needs concurrent requests (--max-sessions >= 2)")
-    if config.estimator_batch > 1 and config.max_sessions < 2:
-        say("warning", f"--estimator-batch {config.estimator_batch} has no effect with "
-            f"{config.max_sessions} session: batching needs concurrent requests "
-            "(--max-sessions >= 2)")
+    for key, value in (("llm_batch", config.llm_batch),
+                       ("estimator_batch", config.estimator_batch)):
+        if value > 1 and config.max_sessions < 2:
+            flag = "--" + key.replace("_", "-")
+            named = (f"{flag} {value}" if ctx.get_parameter_source(key) in EXPLICIT
+                     else f"{key.replace('_', ' ')} {value} (from the plan)")
+            say("warning", f"{named} has no effect with {config.max_sessions} session: "
+                "batching needs concurrent requests (--max-sessions >= 2)")
     if not _is_loopback(host) and not config.api_key:
         say("warning", f"listening on {host} without --api-key: anyone who can reach this "
             "port can use the server")

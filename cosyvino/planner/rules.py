@@ -580,18 +580,23 @@ def _estimator_batch(backend: str, caps: Capabilities, streams: int, max_session
                      override: int | None, tuned: dict | None, log: _Log) -> int:
     """Concurrent requests whose equal-shape estimator calls run as one call
     (:class:`cosyvino.engine.rendezvous.CallRendezvous`)."""
+    per_stream = max_sessions // max(1, streams)
     if override is not None:
         if override < 1:
             raise PlanError(f"--estimator-batch must be >= 1, got {override}")
-        if override > 1 and caps.max_estimator_batch < override:
-            log.warnings.append(f"--estimator-batch {override}: {backend} takes at most "
-                                f"{caps.max_estimator_batch} request(s) per estimator call; "
-                                "capped there")
-        return log.decide("estimator_batch", override, "set by --estimator-batch (override)")
+        n, why = override, "set by --estimator-batch (override)"
+        if n > 1 and caps.max_estimator_batch < n:
+            n = max(1, caps.max_estimator_batch)
+            why += f", capped at {n}: {backend} takes at most {n} request(s) per estimator call"
+        if n > 1 and per_stream < n:
+            log.warnings.append(f"--estimator-batch {n}: only {per_stream} session(s) per stream "
+                                f"({max_sessions} on {streams} stream(s)), so at most "
+                                f"{per_stream} request(s) can share an estimator call"
+                                + ("; it has no effect" if per_stream < 2 else ""))
+        return log.decide("estimator_batch", n, why)
     if caps.max_estimator_batch <= 1:
         return log.decide("estimator_batch", 1, f"{backend} takes one request per estimator "
                           "call (max_estimator_batch 1)")
-    per_stream = max_sessions // max(1, streams)
     if per_stream < 2:
         return log.decide("estimator_batch", 1, f"{max_sessions} session(s) on {streams} "
                           "stream(s): no two requests share a stream's cores, nothing to batch")

@@ -313,6 +313,16 @@ class SynthesisPool:
                            or "model is loading")
         return self.synths[0]
 
+    @property
+    def estimator_batch(self) -> int:
+        """Requests one estimator call can hold as loaded (the rendezvous' cap; 1 = none), or
+        the configured value before the model is loaded."""
+        if not self.synths:
+            return self.config.estimator_batch
+        rv = getattr(self.synths[0], "engine", None)
+        rv = rv.batchers.get("estimator") if rv is not None else None
+        return 1 if rv is None else rv.cap
+
     def engines(self) -> list:
         """The scheduler's worker list: the shared engine ``max_sessions`` times, or one engine
         per loaded model."""
@@ -328,6 +338,12 @@ class SynthesisPool:
                 self.synths = self._load_synthesizers()
             self.scheduler = Scheduler(self.engines(), name="cosyvino-synth",
                                        llm_batch=self.config.llm_batch)
+            wanted, got = self.config.estimator_batch, self.estimator_batch
+            if wanted > 1 and got < wanted:
+                log.warning("estimator batch %d: %s serves %d request(s) per estimator call "
+                            "here (%s)", wanted, self.config.backend, got,
+                            "needs --max-sessions >= 2 and a thread-safe backend"
+                            if got == 1 else "the backend's max_estimator_batch")
             if self.config.warmup:
                 start = time.perf_counter()
                 s = self.synths[0]

@@ -449,7 +449,7 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         body = {"ready": pool.ready.is_set() and not draining,
                 "draining": draining, "version": __version__, "backend": config.backend,
                 "sessions": config.max_sessions, "llm_batch": config.llm_batch,
-                "estimator_batch": config.estimator_batch,
+                "estimator_batch": pool.estimator_batch,
                 "queue_size": config.queue_size,
                 "in_flight": pool.running, "settings": config.source,
                 "admission": pool.estimates()}
