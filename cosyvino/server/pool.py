@@ -319,9 +319,10 @@ class SynthesisPool:
         the configured value before the model is loaded."""
         if not self.synths:
             return self.config.estimator_batch
-        rv = getattr(self.synths[0], "engine", None)
-        rv = rv.batchers.get("estimator") if rv is not None else None
-        return 1 if rv is None else rv.cap
+        # synthesizers from elsewhere (tests, wrappers) may carry engines without batchers
+        batchers = getattr(getattr(self.synths[0], "engine", None), "batchers", None) or {}
+        rv = batchers.get("estimator")
+        return 1 if rv is None else int(rv.cap)
 
     def engines(self) -> list:
         """The scheduler's worker list: the shared engine ``max_sessions`` times, or one engine
