@@ -237,11 +237,9 @@ class Synthesizer:
         with ``n`` >= 2 parallel requests and stages that batch the stage), else {}."""
         if n < 2 or self.estimator_batch < 2 or not getattr(self.stages, "thread_safe", False):
             return {}
-        out = {}
-        for name, (fn, cap) in self.family.batchable_stages(self.stages).items():
-            if name == "estimator" and min(cap, self.estimator_batch) >= 2:
-                out[name] = CallRendezvous(fn, min(cap, self.estimator_batch))
-        return out
+        fn, cap = self.family.batchable_stages(self.stages).get("estimator", (None, 1))
+        cap = min(cap, self.estimator_batch)
+        return {"estimator": CallRendezvous(fn, cap)} if cap >= 2 else {}
 
     @property
     def estimator_batch_stats(self) -> dict | None:

@@ -114,16 +114,20 @@ def test_plan_batches_where_the_backend_can_and_sizes_sessions(tmp_path):
         make_plan(_probe(trees.this_machine, tmp_path / "c"), llm_batch=0)
 
 
-def test_a_backend_that_cannot_batch_plans_batch_1(tmp_path, monkeypatch):
+def _caps_with(monkeypatch, **fields):
+    """Every backend candidate's Capabilities with ``fields`` replaced."""
     from cosyvino.planner import rules
 
     real = rules._candidates
 
-    def no_batching(*a, **k):
-        caps = real(*a, **k)
-        return {n: type(c)(**{**c.__dict__, "max_llm_batch": 1}) for n, c in caps.items()}
+    def replaced(*a, **k):
+        return {n: type(c)(**{**c.__dict__, **fields}) for n, c in real(*a, **k).items()}
 
-    monkeypatch.setattr(rules, "_candidates", no_batching)
+    monkeypatch.setattr(rules, "_candidates", replaced)
+
+
+def test_a_backend_that_cannot_batch_plans_batch_1(tmp_path, monkeypatch):
+    _caps_with(monkeypatch, max_llm_batch=1)
     plan = make_plan(_probe(trees.this_machine, tmp_path))
     assert plan.llm_batch == 1 and plan.max_sessions == plan.streams
     assert "cannot batch" in plan.decision("llm_batch")["reason"]
@@ -216,15 +220,7 @@ def test_estimator_batch_follows_sessions_per_stream_backend_cap_and_override(tm
 
 
 def test_estimator_batch_from_a_backend_that_takes_one_request_per_call(tmp_path, monkeypatch):
-    from cosyvino.planner import rules
-
-    real = rules._candidates
-
-    def one_per_call(*a, **k):
-        caps = real(*a, **k)
-        return {n: type(c)(**{**c.__dict__, "max_estimator_batch": 1}) for n, c in caps.items()}
-
-    monkeypatch.setattr(rules, "_candidates", one_per_call)
+    _caps_with(monkeypatch, max_estimator_batch=1)
     plan = make_plan(_probe(trees.this_machine, tmp_path), sessions=4, streams=1)
     assert plan.estimator_batch == 1
     assert "max_estimator_batch 1" in plan.decision("estimator_batch")["reason"]
