@@ -7,7 +7,7 @@ Prefills ``--prompt`` positions, decodes to ``--past`` cached positions, then ti
 wall times are medians over the steps). Feeds random embeddings: cost depends on shapes only.
 
     python benchmarks/llm_profile.py --model-dir DIR [--past 300] [--steps 20] [--threads 2]
-        [--top 25]
+        [--top 25] [--kv-cache-precision u8|f32] [--precision f32|bf16]
 
 ``DIR``: a converted dir (``.../openvino-int8-llm``) or a model dir (its served conversion is
 found as the backend finds it).
@@ -26,6 +26,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from llm_ir_ab import _Side  # noqa: E402  (benchmarks/ is on the path)
 
 
 #: node-name patterns -> the part of the LLM step they belong to (first match wins)
@@ -54,6 +56,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--precision", default="f32",
+                    help="INFERENCE_PRECISION_HINT (the planner serves the LLM in f32; the "
+                         "plugin's own default is bf16 on AVX512_BF16/AMX CPUs)")
+    ap.add_argument("--kv-cache-precision", default="u8",
+                    help="KV_CACHE_PRECISION (the planner serves u8 on CPUs with AVX-512 "
+                         "VNNI/BF16, f32 on those without)")
     args = ap.parse_args(argv)
 
     import openvino as ov
@@ -63,23 +71,21 @@ def main(argv=None) -> int:
 
     conv_dir, _ = find_converted_dir(args.model_dir, runtime="openvino")
     core = ov.Core()
-    model = core.read_model(os.path.join(conv_dir, "llm.xml"))
-    d = model.input("inputs_embeds").get_partial_shape()[2].get_length()
-    compiled = core.compile_model(model, "CPU", {
+    d = core.read_model(os.path.join(conv_dir, "llm.xml")).input(
+        "inputs_embeds").get_partial_shape()[2].get_length()
+    # the served feed (positional tables + offset as inputs), as llm_ir_ab.py feeds it
+    side = _Side(core, conv_dir, {
         "PERF_COUNT": True, "INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1,
         "PERFORMANCE_HINT": "LATENCY", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 128,
-        "KV_CACHE_PRECISION": "u8"})
-    req = compiled.create_infer_request()
+        "KV_CACHE_PRECISION": args.kv_cache_precision,
+        "INFERENCE_PRECISION_HINT": args.precision})
+    req = side.req
     rng = np.random.default_rng(0)
-    beam = np.zeros(1, np.int32)
 
     def step(n_new: int, length: int) -> float:
+        assert side.length == length
         x = rng.standard_normal((1, n_new, d), dtype=np.float32) * 0.1
-        mask = np.ones((1, length + n_new), np.float32)
-        t0 = time.perf_counter()
-        req.infer({"inputs_embeds": x, "attention_mask": mask, "beam_idx": beam},
-                  share_inputs=True)
-        return time.perf_counter() - t0
+        return side.step(x)[0]
 
     length = 0
     step(args.prompt, length)

@@ -143,6 +143,15 @@ def test_backend_options_reach_openvino(converted_dir):
     tts = Synthesizer(converted_dir(TINY_A), backend="openvino", cache_dir="",
                       properties={"DYNAMIC_QUANTIZATION_GROUP_SIZE": 64})
     assert tts.stages.compile_info["llm"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "64"
+    # the planner's choice (0 = off on the Zen 4 kind); raw properties still win
+    tts = Synthesizer(converted_dir(TINY_A), backend="openvino", cache_dir="",
+                      llm_dynamic_quantization=0)
+    assert tts.stages.compile_info["llm"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "0"
+    assert tts.stages.compile_info["text_encoder"]["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == "32"
+    for bad in (-1, 1.5, True, "off"):
+        with pytest.raises(BackendError, match="llm_dynamic_quantization"):
+            Synthesizer(converted_dir(TINY_A), backend="openvino", cache_dir="",
+                        llm_dynamic_quantization=bad)
     with pytest.raises(BackendError, match="unknown options"):
         Synthesizer(converted_dir(TINY_A), backend="openvino", no_such_option=1)
     with pytest.raises(BackendError, match="precision"):

@@ -69,6 +69,25 @@ def int8_dot_products(flags) -> bool:
     return bool(set(INT8_DOT_FLAGS) & set(flags))
 
 
+#: machine kinds whose INT8-weight LLM decodes faster with the CPU plugin's dynamic quantization
+#: of activations off (every weight widened to f32 per use) than with it on (activations
+#: quantized per group of 128 channels, int8 dot products against the weights). Measured on
+#: an AVX-512/VNNI/BF16 Zen 4, 2 threads, step-interleaved in one process: 0.92-0.96x per
+#: decode step with INT8_ASYM weights, 0.905x with INT8_SYM (docs/performance.md, "AVX-512/
+#: VNNI/BF16 machine kind"); on the AMX Xeon dynamic quantization stays (group 128 measured
+#: faster than the plugin's 32; off not measured there).
+LLM_WIDENED_WEIGHT_KINDS = ("avx512-bf16",)
+
+
+def llm_widens_weights(flags) -> bool:
+    """Whether the INT8-weight LLM is served with its weights widened to f32 per use on a CPU
+    with these cpuinfo ``flags``: without int8 dot products (the plugin cannot do otherwise)
+    or on a :data:`LLM_WIDENED_WEIGHT_KINDS` kind (the planner turns dynamic quantization off
+    there). Such CPUs decode faster from symmetric INT8 weights (no zero point to subtract
+    per weight): ``cosyvino quantize --int8-weights auto`` writes INT8_SYM for them."""
+    return not int8_dot_products(flags) or machine_kind(flags) in LLM_WIDENED_WEIGHT_KINDS
+
+
 #: what a backend is assumed to offer when it could not describe itself (override only)
 UNKNOWN_CAPABILITIES = Capabilities(ready=False, reason="capabilities unknown")
 #: load average per online CPU above which the host counts as shared (pinning off)
@@ -370,6 +389,8 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                    "INT8 estimator IR: its non-quantized ops (norms, softmax, time embedding, "
                    f"first/last convolutions) in bf16 on {unit}, measured 5-7 % faster per call "
                    "at 52.9 vs 53.6 dB estimator SNR vs fp32 (docs/performance.md)")
+    if llm_w == "int8" and compute == "fp32" and int8_dot_products(probe.flags):
+        _llm_dynamic_quantization(probe, prec, log)
     if quantized and compute == "fp32" and not override and fp32_only:
         log.decide("kv_cache_precision", "f32",
                    "a quantized dir is served, but the u8 KV cache was measured faster only on "
@@ -382,6 +403,27 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                    "(mean KL 7.7e-8 with u8 vs 7.3e-8 with f32), and less memory "
                    "(docs/performance.md)")
     return prec
+
+
+def _llm_dynamic_quantization(probe: Probe, prec: dict, log: _Log) -> None:
+    """``prec["llm_dynamic_quantization"]``: the activation group size of the INT8-weight
+    LLM's on-the-fly quantization, 0 = off (weights widened per use), on a CPU with int8 dot
+    products; one decision with the measured reason (:data:`LLM_WIDENED_WEIGHT_KINDS`)."""
+    kind = machine_kind(probe.flags)
+    if llm_widens_weights(probe.flags):
+        prec["llm_dynamic_quantization"] = 0
+        log.decide("llm_dynamic_quantization", "off",
+                   f"kind {kind}: the INT8-weight LLM decoded 0.92-0.96x the time per step "
+                   "with its weights widened to f32 per use instead of int8 dot products "
+                   "against activations quantized on the fly (0.905x from INT8_SYM weights, "
+                   "which `cosyvino quantize` writes here; AVX-512/VNNI/BF16 Zen 4, "
+                   "docs/performance.md)")
+    else:
+        prec["llm_dynamic_quantization"] = 128
+        log.decide("llm_dynamic_quantization", "group 128",
+                   f"kind {kind}: activations quantized on the fly in groups of 128 channels "
+                   "for int8 dot products against the INT8 weights, measured faster per token "
+                   "than the plugin's 32 (AMX Xeon, docs/performance.md)")
 
 
 #: planner component -> the `cosyvino quantize` report variant (and floor) of its static INT8

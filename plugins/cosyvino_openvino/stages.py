@@ -37,7 +37,8 @@ _KV_PRECISIONS = {"f32", "f16", "bf16", "u8"}
 #: backend options accepted by :class:`OpenVINOStages` (see the package docstring)
 _OPTIONS = {"num_threads", "precision", "kv_cache_precision", "performance_hint", "num_streams",
             "cpu_pinning", "cache_dir", "properties", "release_weight_pages",
-            "release_intermediate_memory", "stage_precision", "stage_threads"}
+            "release_intermediate_memory", "stage_precision", "stage_threads",
+            "llm_dynamic_quantization"}
 #: properties read back after compiling and reported in ``compile_info``
 _REPORTED = ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION", "PERFORMANCE_HINT",
              "NUM_STREAMS", "INFERENCE_NUM_THREADS", "ENABLE_CPU_PINNING",
@@ -55,8 +56,12 @@ def default_cache_dir() -> str:
 
 def compile_properties(*, num_threads=None, precision="f32", kv_cache_precision=None,
                        performance_hint="LATENCY", num_streams=1, cpu_pinning=None,
-                       cache_dir=None, properties=None) -> tuple[dict, dict]:
-    """(properties for every stage, extra properties for the LLM) from backend options."""
+                       cache_dir=None, properties=None, llm_dynamic_quantization=None
+                       ) -> tuple[dict, dict]:
+    """(properties for every stage, extra properties for the LLM) from backend options.
+    ``llm_dynamic_quantization``: the LLM's DYNAMIC_QUANTIZATION_GROUP_SIZE (0 = off; None =
+    :data:`LLM_DYNAMIC_QUANTIZATION_GROUP_SIZE`; a raw ``properties`` value wins). Raises
+    BackendError for a bad value."""
     props: dict = {}
     if performance_hint:
         props["PERFORMANCE_HINT"] = str(performance_hint).upper()
@@ -82,8 +87,13 @@ def compile_properties(*, num_threads=None, precision="f32", kv_cache_precision=
         props["CACHE_DIR"] = str(cache_dir)
     props.update(properties or {})
     llm_props = {}
+    group = (LLM_DYNAMIC_QUANTIZATION_GROUP_SIZE if llm_dynamic_quantization is None
+             else llm_dynamic_quantization)
+    if isinstance(group, bool) or not isinstance(group, int) or group < 0:
+        raise BackendError("llm_dynamic_quantization must be an integer group size >= 0 "
+                           f"(0 = off), got {llm_dynamic_quantization!r}")
     if "DYNAMIC_QUANTIZATION_GROUP_SIZE" not in props:  # raw `properties` win
-        llm_props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = LLM_DYNAMIC_QUANTIZATION_GROUP_SIZE
+        llm_props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = group
     if kv_cache_precision is not None:
         if kv_cache_precision not in _KV_PRECISIONS:
             raise BackendError(f"kv_cache_precision must be one of {sorted(_KV_PRECISIONS)}, "

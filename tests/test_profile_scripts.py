@@ -1,0 +1,42 @@
+"""The per-node profile and same-run A/B scripts of the LLM (benchmarks/llm_profile.py,
+llm_ir_ab.py) run against the current export: they feed the step's inputs as the backend does
+(positional tables + offset). llm_profile.py once still fed the old inputs and failed on every
+dir converted since the positional keys became step inputs; these catch such drift."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from conftest import TINY_A
+
+pytest.importorskip("openvino")
+
+BENCH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _run(script: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_llm_profile_runs_on_a_converted_dir(converted_dir):
+    out = _run("llm_profile.py", "--model-dir", converted_dir(TINY_A), "--past", "12",
+               "--prompt", "5", "--steps", "3", "--threads", "1", "--top", "5")
+    assert "cached positions 14" in out  # 12 decoded + the 3 timed steps - 1
+    assert "| FullyConnected" in out and "step wall (median of 3)" in out
+
+
+def test_llm_ir_ab_runs_on_a_converted_dir(converted_dir):
+    d = converted_dir(TINY_A)
+    out = _run("llm_ir_ab.py", d, d, "--steps", "6", "--warmup", "2", "--prefill", "4",
+               "--threads", "1")
+    assert "final cache 12 positions" in out  # 4 prefilled + 2 warm-up + 6 timed steps
+    # the same IR on both sides: the same logits at every step
+    assert "max |logp A - logp B| over all steps: 0.00e+00" in out
+    assert "B / A decode median:" in out
