@@ -23,6 +23,7 @@ per join. Prints a markdown table with the CPU named; the last line is the 4-row
 cost ratio (issue target <= 1.5).
 
     python benchmarks/llm_batch.py [--config DIR/cosyvoice.yaml] [--threads 2] [--int8]
+        [--kv-cache-precision f32|u8] [--dynamic-quantization 128|0] [--ir-dir DIR]
 """
 
 from __future__ import annotations
@@ -164,6 +165,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--int8", action="store_true", help="also the INT8_ASYM weight-compressed LLM")
     ap.add_argument("--kv-cache-precision", default="f32")
+    ap.add_argument("--dynamic-quantization", type=int, default=128,
+                    help="the LLM's DYNAMIC_QUANTIZATION_GROUP_SIZE (0 = off: what the planner "
+                         "serves on the AVX-512/VNNI/BF16 kind; 128 elsewhere)")
     ap.add_argument("--ir-dir", help="read the IRs (llm_fp32.xml, llm_int8.xml) from here, "
                                      "or build them and save them here")
     args = ap.parse_args(argv)
@@ -199,9 +203,10 @@ def main(argv=None) -> int:
     props = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": args.threads,
              "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
              "KV_CACHE_PRECISION": args.kv_cache_precision,
-             "DYNAMIC_QUANTIZATION_GROUP_SIZE": 128}
+             "DYNAMIC_QUANTIZATION_GROUP_SIZE": args.dynamic_quantization}
     print(f"CPU: {cpu_line()}; OpenVINO {ov.get_version()}; {args.threads} threads; "
-          f"KV cache {args.kv_cache_precision}; random-weight LLM of {args.config}")
+          f"KV cache {args.kv_cache_precision}; dynamic quantization group "
+          f"{args.dynamic_quantization}; random-weight LLM of {args.config}")
     print()
     print("| weights | B | ms/step (batched) | ms/step (B sessions in turn) | ms per row | "
           "x 1-row step | weights read MB | cache read MB | cache copied MB | "

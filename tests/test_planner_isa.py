@@ -190,6 +190,12 @@ def test_llm_dynamic_quantization_by_machine_kind(tmp_path):
     assert "0.905x" in _reason(zen4, "llm_dynamic_quantization")
     spr = _plan(trees.spr_2c, tmp_path, model)
     assert spr.decision("llm_dynamic_quantization")["value"] == "group 128"
+    # batched decode: off was slower for several rows per step, so it stays on
+    zen4_batched = _plan(trees.zen4_2c, tmp_path, model, llm_batch=4, sessions=4)
+    assert zen4_batched.llm_batch == 4
+    assert zen4_batched.decision("llm_dynamic_quantization")["value"] == "group 128"
+    assert "llm_batch 4" in _reason(zen4_batched, "llm_dynamic_quantization")
+    assert zen4_batched.backend_options["llm_dynamic_quantization"] == 128
     zen3 = _plan(trees.zen3_2c, tmp_path, model)
     assert zen3.decision("llm_dynamic_quantization") is None
     assert "llm_dynamic_quantization" not in zen3.backend_options

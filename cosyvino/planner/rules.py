@@ -69,13 +69,14 @@ def int8_dot_products(flags) -> bool:
     return bool(set(INT8_DOT_FLAGS) & set(flags))
 
 
-#: machine kinds whose INT8-weight LLM decodes faster with the CPU plugin's dynamic quantization
-#: of activations off (every weight widened to f32 per use) than with it on (activations
-#: quantized per group of 128 channels, int8 dot products against the weights). Measured on
-#: an AVX-512/VNNI/BF16 Zen 4, 2 threads, step-interleaved in one process: 0.92-0.96x per
-#: decode step with INT8_ASYM weights, 0.905x with INT8_SYM (docs/performance.md, "AVX-512/
-#: VNNI/BF16 machine kind"); on the AMX Xeon dynamic quantization stays (group 128 measured
-#: faster than the plugin's 32; off not measured there).
+#: machine kinds whose INT8-weight LLM decodes one row per step faster with the CPU plugin's
+#: dynamic quantization of activations off (every weight widened to f32 per use) than with it
+#: on (activations quantized per group of 128 channels, int8 dot products against the
+#: weights). Measured on an AVX-512/VNNI/BF16 Zen 4, 2 threads, step-interleaved in one
+#: process: 0.91-0.96x per decode step with INT8_ASYM weights, 0.905-0.92x with INT8_SYM; but
+#: batched steps were slower with it off (4 rows 31.2 vs 25.4 ms), so it stays on for
+#: llm_batch > 1 (docs/performance.md, "AVX-512/VNNI/BF16 machine kind"). On the AMX Xeon it
+#: stays on (group 128 measured faster than the plugin's 32; off not measured there).
 LLM_WIDENED_WEIGHT_KINDS = ("avx512-bf16",)
 
 
@@ -389,8 +390,6 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                    "INT8 estimator IR: its non-quantized ops (norms, softmax, time embedding, "
                    f"first/last convolutions) in bf16 on {unit}, measured 5-7 % faster per call "
                    "at 52.9 vs 53.6 dB estimator SNR vs fp32 (docs/performance.md)")
-    if llm_w == "int8" and compute == "fp32" and int8_dot_products(probe.flags):
-        _llm_dynamic_quantization(probe, prec, log)
     if quantized and compute == "fp32" and not override and fp32_only:
         log.decide("kv_cache_precision", "f32",
                    "a quantized dir is served, but the u8 KV cache was measured faster only on "
@@ -405,25 +404,35 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
     return prec
 
 
-def _llm_dynamic_quantization(probe: Probe, prec: dict, log: _Log) -> None:
+def _llm_dynamic_quantization(probe: Probe, prec: dict, llm_batch: int, log: _Log) -> None:
     """``prec["llm_dynamic_quantization"]``: the activation group size of the INT8-weight
-    LLM's on-the-fly quantization, 0 = off (weights widened per use), on a CPU with int8 dot
-    products; one decision with the measured reason (:data:`LLM_WIDENED_WEIGHT_KINDS`)."""
+    LLM's on-the-fly quantization, 0 = off (weights widened per use), for an INT8-weight LLM
+    with fp32 compute on a CPU with int8 dot products (nothing to decide elsewhere); one
+    decision with the measured reason. Off only on a :data:`LLM_WIDENED_WEIGHT_KINDS` kind
+    decoding one row per step: batched steps were faster with it on there."""
+    if not (prec.get("llm_weights") == "int8" and prec.get("llm") == "fp32"
+            and int8_dot_products(probe.flags)):
+        return
     kind = machine_kind(probe.flags)
-    if llm_widens_weights(probe.flags):
+    if llm_widens_weights(probe.flags) and llm_batch <= 1:
         prec["llm_dynamic_quantization"] = 0
         log.decide("llm_dynamic_quantization", "off",
-                   f"kind {kind}: the INT8-weight LLM decoded 0.92-0.96x the time per step "
-                   "with its weights widened to f32 per use instead of int8 dot products "
-                   "against activations quantized on the fly (0.905x from INT8_SYM weights, "
-                   "which `cosyvino quantize` writes here; AVX-512/VNNI/BF16 Zen 4, "
-                   "docs/performance.md)")
-    else:
-        prec["llm_dynamic_quantization"] = 128
-        log.decide("llm_dynamic_quantization", "group 128",
-                   f"kind {kind}: activations quantized on the fly in groups of 128 channels "
-                   "for int8 dot products against the INT8 weights, measured faster per token "
-                   "than the plugin's 32 (AMX Xeon, docs/performance.md)")
+                   f"kind {kind}, one row per decode step: the INT8-weight LLM decoded "
+                   "0.91-0.96x the time per step with its weights widened to f32 per use "
+                   "instead of int8 dot products against activations quantized on the fly "
+                   "(0.905x from INT8_SYM weights, which `cosyvino quantize` writes here; "
+                   "AVX-512/VNNI/BF16 Zen 4, docs/performance.md)")
+        return
+    prec["llm_dynamic_quantization"] = 128
+    why = (f"kind {kind}: activations quantized on the fly in groups of 128 channels for int8 "
+           "dot products against the INT8 weights, measured faster per token than the "
+           "plugin's 32 (AMX Xeon, docs/performance.md)")
+    if llm_widens_weights(probe.flags):
+        why = (f"kind {kind}, llm_batch {llm_batch}: batched steps are faster with int8 dot "
+               "products against activations quantized in groups of 128 (4 rows: 25.4 vs 31.2 "
+               "ms per step with it off on a Zen 4, docs/performance.md); off pays only for "
+               "one row per step")
+    log.decide("llm_dynamic_quantization", "group 128", why)
 
 
 #: planner component -> the `cosyvino quantize` report variant (and floor) of its static INT8
@@ -820,6 +829,7 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
                "after its own prefill and leaves at its end, so no step waits for company "
                "(a window would add its wait to every token of a lone request)"
                if batch > 1 else "no batching")
+    _llm_dynamic_quantization(probe, prec, batch, log)
     est_batch = _estimator_batch(be, cap, n_streams, max_sessions, estimator_batch, tuned, log)
     if queue is not None:
         queue_size = log.decide("queue_size", queue, "set by --queue (override)")
