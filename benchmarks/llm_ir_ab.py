@@ -8,7 +8,7 @@ way, so an old dir can be the A side; the positional tables of a new-layout IR c
 own dir's ``llm_tables.npz``.
 
     python benchmarks/llm_ir_ab.py A_DIR B_DIR [--steps 250] [--prefill 60] [--threads 2]
-        [--kv-cache-precision f32|u8]
+        [--kv-cache-precision f32|u8] [--dynamic-quantization 128,0]
 """
 
 from __future__ import annotations
@@ -65,17 +65,25 @@ def main(argv=None) -> int:
     ap.add_argument("--kv-cache-precision", default="f32",
                     help="KV_CACHE_PRECISION (the planner serves f32 on CPUs without AVX-512 "
                          "VNNI/BF16, u8 on those with)")
+    ap.add_argument("--dynamic-quantization", default="128,128", metavar="A,B",
+                    help="DYNAMIC_QUANTIZATION_GROUP_SIZE of side A and side B (0 = off): the "
+                         "same IR twice with 128,0 measures what the planner's "
+                         "llm_dynamic_quantization decision changes")
     args = ap.parse_args(argv)
+    dq = [int(g) for g in args.dynamic_quantization.split(",")]
+    if len(dq) != 2:
+        ap.error("--dynamic-quantization takes two group sizes, A,B")
 
     import openvino as ov
 
     from cosyvino.bench_extras import cpu_summary
 
     props = {"INFERENCE_NUM_THREADS": args.threads, "NUM_STREAMS": 1,
-             "PERFORMANCE_HINT": "LATENCY", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 128,
+             "PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32",
              "KV_CACHE_PRECISION": args.kv_cache_precision}
     core = ov.Core()
-    sides = {"A": _Side(core, args.a_dir, props), "B": _Side(core, args.b_dir, props)}
+    sides = {k: _Side(core, d, dict(props, DYNAMIC_QUANTIZATION_GROUP_SIZE=g))
+             for k, d, g in (("A", args.a_dir, dq[0]), ("B", args.b_dir, dq[1]))}
     rng = np.random.default_rng(0)
     width = core.read_model(os.path.join(args.a_dir, "llm.xml")).input(
         "inputs_embeds").get_partial_shape()[2].get_length()
@@ -92,7 +100,8 @@ def main(argv=None) -> int:
         max_diff = max(max_diff, float(np.abs(out["A"] - out["B"]).max()))
     print(f"# CPU: {cpu_summary()}, {args.threads} threads, KV cache "
           f"{args.kv_cache_precision}; OpenVINO {ov.get_version()}")
-    print(f"# A = {args.a_dir}\n# B = {args.b_dir}")
+    print(f"# A = {args.a_dir} (dynamic quantization {dq[0]})\n"
+          f"# B = {args.b_dir} (dynamic quantization {dq[1]})")
     print(f"# prefill {args.prefill}, {args.steps} decode steps after {args.warmup} warm-up, "
           f"final cache {sides['A'].length} positions")
     print("\n| IR | prefill ms | decode ms/step median | mean |\n|---|---:|---:|---:|")

@@ -164,9 +164,8 @@ def test_zen3_precision_override_cannot_force_bf16(tmp_path):
 
 
 # ---- AVX-512 VNNI/BF16 (Zen 4) and AMX (Sapphire Rapids): today's choices -------------------
-@pytest.mark.parametrize("builder, unit, dq", [(trees.zen4_2c, "VNNI", 0),
-                                              (trees.spr_2c, "AMX-INT8", 128)])
-def test_int8_is_served_where_the_cpu_has_dot_products(tmp_path, builder, unit, dq):
+@pytest.mark.parametrize("builder, unit", [(trees.zen4_2c, "VNNI"), (trees.spr_2c, "AMX-INT8")])
+def test_int8_is_served_where_the_cpu_has_dot_products(tmp_path, builder, unit):
     model = _model(tmp_path, int8_llm=True, machine={"cpu_model": "X", "flags": ZEN4_FLAGS,
                                                      "kind": "avx512-bf16"})
     plan = _plan(builder, tmp_path, model)
@@ -174,48 +173,9 @@ def test_int8_is_served_where_the_cpu_has_dot_products(tmp_path, builder, unit, 
     assert plan.decision("int8_compute") is None
     assert plan.precision == {"llm_weights": "int8", "llm": "fp32", "flow": "int8",
                               "estimator": "int8", "vocoder": "bf16", "kv_cache": "u8",
-                              "estimator_activations": "bf16", "llm_dynamic_quantization": dq}
+                              "estimator_activations": "bf16"}
     assert f"the CPU has {unit} dot products" in _reason(plan, "estimator_precision")
     assert plan.backend_options["kv_cache_precision"] == "u8"
-    assert plan.backend_options["llm_dynamic_quantization"] == dq
-
-
-def test_llm_dynamic_quantization_by_machine_kind(tmp_path):
-    """Off on the Zen 4 kind (measured faster with widened weights), group 128 on AMX, no
-    decision where the plugin has no int8 dot products to quantize activations for."""
-    model = _model(tmp_path, int8_llm=True)
-    zen4 = _plan(trees.zen4_2c, tmp_path, model)
-    assert zen4.decision("llm_dynamic_quantization")["value"] == "off"
-    assert "kind avx512-bf16" in _reason(zen4, "llm_dynamic_quantization")
-    assert "0.905x" in _reason(zen4, "llm_dynamic_quantization")
-    spr = _plan(trees.spr_2c, tmp_path, model)
-    assert spr.decision("llm_dynamic_quantization")["value"] == "group 128"
-    # batched decode: off was slower for several rows per step, so it stays on
-    zen4_batched = _plan(trees.zen4_2c, tmp_path, model, llm_batch=4, sessions=4)
-    assert zen4_batched.llm_batch == 4
-    assert zen4_batched.decision("llm_dynamic_quantization")["value"] == "group 128"
-    assert "llm_batch 4" in _reason(zen4_batched, "llm_dynamic_quantization")
-    assert zen4_batched.backend_options["llm_dynamic_quantization"] == 128
-    zen3 = _plan(trees.zen3_2c, tmp_path, model)
-    assert zen3.decision("llm_dynamic_quantization") is None
-    assert "llm_dynamic_quantization" not in zen3.backend_options
-    assert "llm_dynamic_quantization" not in zen3.precision
-
-
-def test_no_llm_dynamic_quantization_decision_for_an_fp32_llm(tmp_path):
-    plan = _plan(trees.zen4_2c, tmp_path, _model(tmp_path, int8=False))
-    assert plan.precision.get("llm_weights", "fp32") == "fp32"
-    assert plan.decision("llm_dynamic_quantization") is None
-    assert "llm_dynamic_quantization" not in plan.backend_options
-
-
-def test_llm_widens_weights():
-    from cosyvino.planner.rules import llm_widens_weights
-
-    assert llm_widens_weights(["avx2", "fma"])  # no dot products: always widened
-    assert llm_widens_weights(ZEN4_FLAGS)  # the planner turns dynamic quantization off
-    assert not llm_widens_weights(ZEN4_FLAGS + ["amx_tile", "amx_int8", "amx_bf16"])
-    assert not llm_widens_weights(["avx2", "avx512f", "avx512_vnni"])  # avx512-vnni
 
 
 # ---- the machine a quantized dir was measured on ---------------------------------------------

@@ -294,12 +294,8 @@ def test_int8_preset_dir_precisions_reach_the_plan(tmp_path):
     # this_machine has AMX/AVX512_BF16: with a quantized dir the vocoder runs in bf16
     assert plan.precision == {"llm_weights": "int8", "llm": "fp32", "flow": "int8",
                               "estimator": "int8", "vocoder": "bf16", "kv_cache": "u8",
-                              "estimator_activations": "bf16",
-                              "llm_dynamic_quantization": 0 if plan.llm_batch == 1 else 128}
+                              "estimator_activations": "bf16"}
     assert plan.backend_options["kv_cache_precision"] == "u8"
-    # avx512-bf16 kind: off for one row per step, on for batched steps
-    assert plan.backend_options["llm_dynamic_quantization"] == (0 if plan.llm_batch == 1
-                                                                else 128)
     assert "u8 KV cache measured 29.2 ms/token" in _reason(plan, "kv_cache_precision")
     assert "INT8 flow IR on disk" in _reason(plan, "flow_precision")
     assert "HiFT in bf16" in _reason(plan, "vocoder_precision")

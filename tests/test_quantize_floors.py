@@ -81,9 +81,6 @@ def test_int8_weight_mode_by_machine_kind():
     zen3 = ["sse4_2", "avx", "avx2", "fma"]
     assert int8_weight_mode("auto", zen3) == "INT8_SYM"
     assert int8_weight_mode("auto", zen3 + ["avx512f", "avx512_vnni"]) == "INT8_ASYM"
-    # Zen 4 kind: the plan serves the LLM with dynamic quantization off (weights widened)
-    assert int8_weight_mode("auto", zen3 + ["avx512f", "avx512_vnni", "avx512_bf16"]
-                            ) == "INT8_SYM"
     assert int8_weight_mode("auto", zen3 + ["amx_tile", "amx_int8"]) == "INT8_ASYM"
     assert int8_weight_mode("asym", zen3) == "INT8_ASYM"
     assert int8_weight_mode("sym", zen3 + ["avx512_vnni"]) == "INT8_SYM"

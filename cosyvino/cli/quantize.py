@@ -87,11 +87,9 @@ def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
 @click.option("--int8-weights", type=click.Choice(["auto", "asym", "sym"]), default="auto",
               show_default=True,
               help="INT8 weight-only stages (LLM, text encoder): per-channel scale + zero point "
-                   "(asym) or scale only (sym). auto: sym where the LLM is served with its "
-                   "weights widened per use (a CPU without int8 dot products, e.g. AVX2 "
-                   "without VNNI; or the AVX-512/VNNI/BF16 kind, e.g. Zen 4, where the plan "
-                   "turns dynamic quantization off): sym decodes faster there; asym "
-                   "elsewhere.")
+                   "(asym) or scale only (sym). auto: sym on a CPU without int8 dot products "
+                   "(AVX2 without VNNI: the weights are widened per use, and sym decodes "
+                   "faster there), asym elsewhere.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output dir [default: next to the fp32 IRs: openvino-int8-llm, "
                    "openvino-int8, openvino-int4-llm].")

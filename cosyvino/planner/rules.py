@@ -69,26 +69,6 @@ def int8_dot_products(flags) -> bool:
     return bool(set(INT8_DOT_FLAGS) & set(flags))
 
 
-#: machine kinds whose INT8-weight LLM decodes one row per step faster with the CPU plugin's
-#: dynamic quantization of activations off (every weight widened to f32 per use) than with it
-#: on (activations quantized per group of 128 channels, int8 dot products against the
-#: weights). Measured on an AVX-512/VNNI/BF16 Zen 4, 2 threads, step-interleaved in one
-#: process: 0.91-0.96x per decode step with INT8_ASYM weights, 0.905-0.92x with INT8_SYM; but
-#: batched steps were slower with it off (4 rows 31.2 vs 25.4 ms), so it stays on for
-#: llm_batch > 1 (docs/performance.md, "AVX-512/VNNI/BF16 machine kind"). On the AMX Xeon it
-#: stays on (group 128 measured faster than the plugin's 32; off not measured there).
-LLM_WIDENED_WEIGHT_KINDS = ("avx512-bf16",)
-
-
-def llm_widens_weights(flags) -> bool:
-    """Whether the INT8-weight LLM is served with its weights widened to f32 per use on a CPU
-    with these cpuinfo ``flags``: without int8 dot products (the plugin cannot do otherwise)
-    or on a :data:`LLM_WIDENED_WEIGHT_KINDS` kind (the planner turns dynamic quantization off
-    there). Such CPUs decode faster from symmetric INT8 weights (no zero point to subtract
-    per weight): ``cosyvino quantize --int8-weights auto`` writes INT8_SYM for them."""
-    return not int8_dot_products(flags) or machine_kind(flags) in LLM_WIDENED_WEIGHT_KINDS
-
-
 #: what a backend is assumed to offer when it could not describe itself (override only)
 UNKNOWN_CAPABILITIES = Capabilities(ready=False, reason="capabilities unknown")
 #: load average per online CPU above which the host counts as shared (pinning off)
@@ -402,37 +382,6 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                    "(mean KL 7.7e-8 with u8 vs 7.3e-8 with f32), and less memory "
                    "(docs/performance.md)")
     return prec
-
-
-def _llm_dynamic_quantization(probe: Probe, prec: dict, llm_batch: int, log: _Log) -> None:
-    """``prec["llm_dynamic_quantization"]``: the activation group size of the INT8-weight
-    LLM's on-the-fly quantization, 0 = off (weights widened per use), for an INT8-weight LLM
-    with fp32 compute on a CPU with int8 dot products (nothing to decide elsewhere); one
-    decision with the measured reason. Off only on a :data:`LLM_WIDENED_WEIGHT_KINDS` kind
-    decoding one row per step: batched steps were faster with it on there."""
-    if not (prec.get("llm_weights") == "int8" and prec.get("llm") == "fp32"
-            and int8_dot_products(probe.flags)):
-        return
-    kind = machine_kind(probe.flags)
-    if llm_widens_weights(probe.flags) and llm_batch <= 1:
-        prec["llm_dynamic_quantization"] = 0
-        log.decide("llm_dynamic_quantization", "off",
-                   f"kind {kind}, one row per decode step: the INT8-weight LLM decoded "
-                   "0.91-0.96x the time per step with its weights widened to f32 per use "
-                   "instead of int8 dot products against activations quantized on the fly "
-                   "(0.905x from INT8_SYM weights, which `cosyvino quantize` writes here; "
-                   "AVX-512/VNNI/BF16 Zen 4, docs/performance.md)")
-        return
-    prec["llm_dynamic_quantization"] = 128
-    why = (f"kind {kind}: activations quantized on the fly in groups of 128 channels for int8 "
-           "dot products against the INT8 weights, measured faster per token than the "
-           "plugin's 32 (AMX Xeon, docs/performance.md)")
-    if llm_widens_weights(probe.flags):
-        why = (f"kind {kind}, llm_batch {llm_batch}: batched steps are faster with int8 dot "
-               "products against activations quantized in groups of 128 (4 rows: 25.4 vs 31.2 "
-               "ms per step with it off on a Zen 4, docs/performance.md); off pays only for "
-               "one row per step")
-    log.decide("llm_dynamic_quantization", "group 128", why)
 
 
 #: planner component -> the `cosyvino quantize` report variant (and floor) of its static INT8
@@ -829,7 +778,6 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
                "after its own prefill and leaves at its end, so no step waits for company "
                "(a window would add its wait to every token of a lone request)"
                if batch > 1 else "no batching")
-    _llm_dynamic_quantization(probe, prec, batch, log)
     est_batch = _estimator_batch(be, cap, n_streams, max_sessions, estimator_batch, tuned, log)
     if queue is not None:
         queue_size = log.decide("queue_size", queue, "set by --queue (override)")

@@ -96,21 +96,19 @@ INT8_WEIGHT_MODES = ("auto", "asym", "sym")
 
 def int8_weight_mode(choice: str, flags) -> str:
     """The NNCF mode (``INT8_ASYM`` / ``INT8_SYM``) for ``choice`` on a CPU with cpuinfo
-    ``flags``. ``auto``: ``INT8_SYM`` where the LLM is served with its weights widened to f32
-    per use (:func:`cosyvino.planner.rules.llm_widens_weights`: no int8 dot products, or a kind
-    where the planner turns dynamic quantization off): without a zero point to subtract the
-    decode step measured 0.94x the ASYM one on an AVX2 Zen 3 (f32 KV cache; docs/performance.md
-    "LLM positional keys") and 0.945x on an AVX-512/VNNI/BF16 Zen 4 (u8 KV cache, dynamic
-    quantization off; "AVX-512/VNNI/BF16 machine kind"), at the same LLM report vs fp32;
-    ``INT8_ASYM`` elsewhere (what the served INT8 dirs were measured with on the AMX Xeon).
-    Raises InputError for another choice."""
-    from ..planner.rules import llm_widens_weights
+    ``flags``. ``auto``: ``INT8_SYM`` where the CPU has no int8 dot products
+    (:func:`cosyvino.planner.rules.int8_dot_products`): there the plugin widens every weight to
+    f32 per use, and without a zero point to subtract the LLM decode step measured 0.94x the
+    ASYM one (AVX2 Zen 3, f32 KV cache; docs/performance.md "LLM positional keys"); ``INT8_ASYM`` elsewhere
+    (what the served INT8 dirs were measured with on AVX-512/AMX). Raises InputError for
+    another choice."""
+    from ..planner.rules import int8_dot_products
 
     if choice not in INT8_WEIGHT_MODES:
         raise InputError(f"int8_weights must be one of {', '.join(INT8_WEIGHT_MODES)}, "
                          f"got {choice!r}")
     if choice == "auto":
-        choice = "sym" if llm_widens_weights(flags) else "asym"
+        choice = "asym" if int8_dot_products(flags) else "sym"
     return f"INT8_{choice.upper()}"
 
 

@@ -24,7 +24,9 @@ Backend options (``Synthesizer(..., backend="openvino", **options)`` / ``load``)
     llm_dynamic_quantization  the LLM's DYNAMIC_QUANTIZATION_GROUP_SIZE for its INT8/INT4
                         weights: activations quantized on the fly in groups of this many
                         channels for int8 dot products; 0 = off (weights widened to f32 per
-                        use: faster on the AVX-512/VNNI/BF16 Zen 4); None = 128
+                        use: one-row decode steps 0.91-0.96x the time on an AVX-512/VNNI/BF16
+                        Zen 4, but prefills 2.3-2.9x and batched steps 1.2x slower, so not the
+                        planner's choice; docs/performance.md); None = 128
     stage_precision     dict stage -> "f32" | "bf16" | "f16": that stage's compute precision
                         instead of ``precision`` (e.g. {"hift_decode": "bf16", "hift_f0":
                         "bf16"} with an INT8 dir: f32 where int8 weights are fastest, bf16
@@ -183,9 +185,7 @@ class OpenVINOBackend(Backend):
         f32 hint ``kv_cache_precision`` (``u8`` when the plan decided a u8 KV cache, else
         ``f32`` for reference parity: OpenVINO would pick u8 on recent CPUs) and, when the
         vocoder runs in bf16, ``stage_precision`` for the HiFT IRs (and the estimator with
-        bf16 activations); ``llm_dynamic_quantization`` as the plan decided it (INT8-weight
-        LLM on a CPU with int8 dot products); ``properties`` keep inference off SMT siblings
-        and E-cores."""
+        bf16 activations); ``properties`` keep inference off SMT siblings and E-cores."""
         prec = decisions["precision"]
         compute = _HINT[prec["llm"]]
         opts = dict(decisions["capabilities"].options)
@@ -195,8 +195,6 @@ class OpenVINOBackend(Backend):
                     cpu_pinning=decisions["pinning"], precision=compute)
         if compute == "f32":
             opts["kv_cache_precision"] = "u8" if prec.get("kv_cache") == "u8" else "f32"
-        if "llm_dynamic_quantization" in prec:
-            opts["llm_dynamic_quantization"] = prec["llm_dynamic_quantization"]
         if compute == "f32" and prec.get("vocoder") == "bf16":
             opts["stage_precision"] = {s: "bf16" for s in _VOCODER_STAGES}
             if prec.get("estimator_activations") == "bf16":
