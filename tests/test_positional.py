@@ -113,3 +113,23 @@ def test_decode_from_positional_keys_equals_the_in_graph_table(bucket):
         assert got.shape == want.shape
         assert float((got - want).abs().max()) < 1e-5, (start, end)
         past = end
+
+
+@pytest.mark.parametrize("t, keys, extra", [(1, 1, 0), (1, 37, 27), (1, 64, 63), (4, 9, 0),
+                                            (4, 9, 50), (60, 60, 4), (5, 205, 64)])
+def test_rel_shift_reads_only_the_distances_it_needs(t, keys, extra):
+    """``out[..., i, j] = raw[..., i, T-1-i+j]`` whatever the table's extra (bucketed) columns:
+    the exported step no longer slices them off before the pad/reshape trick."""
+    import torch
+
+    from cosyvino.families.cosyvoice1.torch.transformer import _rel_shift
+
+    n = keys + t - 1
+    raw = torch.randn(2, 3, t, n + extra)
+    raw[..., n:] = float("nan")  # columns that must never be read
+    out = _rel_shift(raw, keys)
+    assert out.shape == (2, 3, t, keys)
+    i = torch.arange(t).unsqueeze(1)
+    j = torch.arange(keys).unsqueeze(0)
+    want = torch.gather(raw, -1, (t - 1 - i + j).expand(2, 3, t, keys))
+    assert torch.equal(out, want) and not out.isnan().any()

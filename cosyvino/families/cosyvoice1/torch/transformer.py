@@ -51,11 +51,14 @@ def _rel_shift(raw: Tensor, keys: int) -> Tensor:
     the first ``n = P + 2T - 1`` columns are used (``P = keys - T`` cached keys). Returns ``[B, H, T, keys]`` with
     ``out[..., i, j] = raw[..., i, T-1-i+j]``, i.e. distance ``(P+i) - j`` between new query ``i``
     (absolute position ``P+i``) and key ``j``. Same zero-pad/reshape trick as upstream
-    ``RelPositionMultiHeadedAttention.rel_shift``, generalised to a cache offset.
+    ``RelPositionMultiHeadedAttention.rel_shift``, generalised to a cache offset and to any
+    ``n' >= n`` columns: with ``n'`` columns, element ``i n' + j + T`` of the padded rows is
+    row ``i``, column ``j + T - i`` (``1 <= j + T - i <= n'`` for ``j < keys``), so the extra
+    columns of a longer (bucketed, see Encoder.forward_cached) table are never read and need
+    no slicing off first: in the exported step the pad and reshapes then change shape once per
+    bucket instead of every decode step.
     """
-    b, h, t, _ = raw.shape
-    n = keys + t - 1
-    raw = raw[..., :n]  # a longer (bucketed, see Encoder.forward_cached) table: extra columns
+    b, h, t, n = raw.shape  # n >= keys + t - 1 (callers; no check: it would trace as a constant)
     padded = F.pad(raw, (1, 0))  # [B, H, T, n+1]
     flat = padded.reshape(b, h, t * (n + 1))[:, :, t:]  # drop T leading elements -> T*n
     return flat.reshape(b, h, t, n)[:, :, :, :keys]
