@@ -63,8 +63,8 @@ def main(argv=None) -> int:
     ap.add_argument("--prefill", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-cache-precision", default="f32",
-                    help="KV_CACHE_PRECISION (the planner serves f32 on CPUs without AVX-512 "
-                         "VNNI/BF16, u8 on those with)")
+                    help="KV_CACHE_PRECISION (the planner serves u8 for a quantized dir on "
+                         "CPUs with AVX-512 VNNI/BF16, f32 otherwise)")
     ap.add_argument("--dynamic-quantization", default="128,128", metavar="A,B",
                     help="DYNAMIC_QUANTIZATION_GROUP_SIZE of side A and side B (0 = off): the "
                          "same IR twice with 128,0 measures what the planner's "

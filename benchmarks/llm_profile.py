@@ -60,8 +60,8 @@ def main(argv=None) -> int:
                     help="INFERENCE_PRECISION_HINT (the planner serves the LLM in f32; the "
                          "plugin's own default is bf16 on AVX512_BF16/AMX CPUs)")
     ap.add_argument("--kv-cache-precision", default="u8",
-                    help="KV_CACHE_PRECISION (the planner serves u8 on CPUs with AVX-512 "
-                         "VNNI/BF16, f32 on those without)")
+                    help="KV_CACHE_PRECISION (the planner serves u8 for a quantized dir on "
+                         "CPUs with AVX-512 VNNI/BF16, f32 otherwise)")
     args = ap.parse_args(argv)
 
     import openvino as ov
@@ -93,13 +93,23 @@ def main(argv=None) -> int:
     while length < args.past:
         step(1, length)
         length += 1
-    walls = []
-    for _ in range(args.steps):
-        walls.append(step(1, length))
-        length += 1
-    wall_ms = statistics.median(walls) * 1e3
+    def node_ms(infos) -> float:
+        return sum(p.real_time.total_seconds() for p in infos
+                   if p.status == p.Status.EXECUTED) * 1e3
 
-    infos = req.get_profiling_info()
+    # each step's wall beside that same step's node counters (the counters describe the last
+    # inference only), so the time outside nodes is a per-step difference, medians over steps
+    walls, nodes, outside = [], [], []
+    for _ in range(args.steps):
+        w = step(1, length) * 1e3
+        infos = req.get_profiling_info()
+        n = node_ms(infos)
+        walls.append(w)
+        nodes.append(n)
+        outside.append(w - n)
+        length += 1
+    wall_ms = statistics.median(walls)
+
     by_type: dict[str, float] = collections.Counter()
     by_part: dict[str, float] = collections.Counter()
     by_node = []
@@ -114,10 +124,12 @@ def main(argv=None) -> int:
         isa[p.exec_type.split("_")[0] if p.exec_type else "?"] += us
     total_ms = sum(by_type.values()) / 1e3
 
-    print(f"# CPU: {cpu_summary()}, {args.threads} threads")
+    print(f"# CPU: {cpu_summary()}, {args.threads} threads, {args.precision} activations, "
+          f"KV cache {args.kv_cache_precision}, dynamic quantization group 128")
     print(f"# LLM IR: {conv_dir}; cached positions {length - 1}")
-    print(f"step wall (median of {args.steps}): {wall_ms:.2f} ms; sum of node times "
-          f"{total_ms:.2f} ms; outside nodes {wall_ms - total_ms:.2f} ms")
+    print(f"medians of {args.steps} steps: step wall {wall_ms:.2f} ms; sum of node times "
+          f"{statistics.median(nodes):.2f} ms; outside nodes {statistics.median(outside):.2f} "
+          f"ms (tables below: the last step, {total_ms:.2f} ms of nodes)")
     print("\n| part | ms | share of nodes |\n|---|---:|---:|")
     for part, us in sorted(by_part.items(), key=lambda kv: -kv[1]):
         print(f"| {part} | {us / 1e3:.2f} | {us / 1e3 / total_ms:.0%} |")
