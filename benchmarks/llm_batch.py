@@ -166,8 +166,8 @@ def main(argv=None) -> int:
     ap.add_argument("--int8", action="store_true", help="also the INT8_ASYM weight-compressed LLM")
     ap.add_argument("--kv-cache-precision", default="f32")
     ap.add_argument("--dynamic-quantization", type=int, default=128,
-                    help="the LLM's DYNAMIC_QUANTIZATION_GROUP_SIZE (0 = off: what the planner "
-                         "serves on the AVX-512/VNNI/BF16 kind; 128 elsewhere)")
+                    help="the LLM's DYNAMIC_QUANTIZATION_GROUP_SIZE (0 = off; 128 is what the "
+                         "OpenVINO backend serves)")
     ap.add_argument("--ir-dir", help="read the IRs (llm_fp32.xml, llm_int8.xml) from here, "
                                      "or build them and save them here")
     args = ap.parse_args(argv)

@@ -67,8 +67,8 @@ def main(argv=None) -> int:
                          "CPUs with AVX-512 VNNI/BF16, f32 otherwise)")
     ap.add_argument("--dynamic-quantization", default="128,128", metavar="A,B",
                     help="DYNAMIC_QUANTIZATION_GROUP_SIZE of side A and side B (0 = off): the "
-                         "same IR twice with 128,0 measures what the planner's "
-                         "llm_dynamic_quantization decision changes")
+                         "same INT8 IR twice with 128,0 measures the OpenVINO backend option "
+                         "llm_dynamic_quantization=0")
     args = ap.parse_args(argv)
     dq = [int(g) for g in args.dynamic_quantization.split(",")]
     if len(dq) != 2:

@@ -21,7 +21,6 @@ import os
 import re
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -82,32 +81,27 @@ def main(argv=None) -> int:
     req = side.req
     rng = np.random.default_rng(0)
 
-    def step(n_new: int, length: int) -> float:
-        assert side.length == length
+    def step(n_new: int) -> float:
         x = rng.standard_normal((1, n_new, d), dtype=np.float32) * 0.1
         return side.step(x)[0]
 
-    length = 0
-    step(args.prompt, length)
-    length += args.prompt
-    while length < args.past:
-        step(1, length)
-        length += 1
     def node_ms(infos) -> float:
         return sum(p.real_time.total_seconds() for p in infos
                    if p.status == p.Status.EXECUTED) * 1e3
 
+    step(args.prompt)
+    while side.length < args.past:
+        step(1)
     # each step's wall beside that same step's node counters (the counters describe the last
     # inference only), so the time outside nodes is a per-step difference, medians over steps
     walls, nodes, outside = [], [], []
     for _ in range(args.steps):
-        w = step(1, length) * 1e3
+        w = step(1) * 1e3
         infos = req.get_profiling_info()
         n = node_ms(infos)
         walls.append(w)
         nodes.append(n)
         outside.append(w - n)
-        length += 1
     wall_ms = statistics.median(walls)
 
     by_type: dict[str, float] = collections.Counter()
@@ -126,7 +120,7 @@ def main(argv=None) -> int:
 
     print(f"# CPU: {cpu_summary()}, {args.threads} threads, {args.precision} activations, "
           f"KV cache {args.kv_cache_precision}, dynamic quantization group 128")
-    print(f"# LLM IR: {conv_dir}; cached positions {length - 1}")
+    print(f"# LLM IR: {conv_dir}; cached positions {side.length - 1}")
     print(f"medians of {args.steps} steps: step wall {wall_ms:.2f} ms; sum of node times "
           f"{statistics.median(nodes):.2f} ms; outside nodes {statistics.median(outside):.2f} "
           f"ms (tables below: the last step, {total_ms:.2f} ms of nodes)")
