@@ -32,9 +32,9 @@ from llm_ir_ab import _Side  # noqa: E402  (benchmarks/ is on the path)
 #: node-name patterns -> the part of the LLM step they belong to (first match wins)
 PARTS = (
     ("positional", re.compile(r"pos_|Sin|Cos|stack|aten::slice|aten::pad", re.I)),
+    ("q/k/v/out projections", re.compile(r"linear_(qkv|q|k|v|out)\b", re.I)),
     ("attention", re.compile(r"ScaledDotProduct|sdpa|attn|softmax|SDPA", re.I)),
     ("feed-forward", re.compile(r"feed_forward|w_1|w_2", re.I)),
-    ("q/k/v/out projections", re.compile(r"linear_(q|k|v|out)", re.I)),
     ("norms", re.compile(r"norm", re.I)),
     ("decoder head", re.compile(r"llm_decoder|log_softmax|LogSoftmax", re.I)),
 )

@@ -386,11 +386,12 @@ def test_llm_session_after_close_is_a_backend_error(converted_dir):
         session.forward(np.zeros((1, 1, stages.config.llm.llm_input_size), np.float32))
 
 
-@pytest.mark.parametrize("field", ["pos_bucket", "positional"])
+@pytest.mark.parametrize("field", ["pos_bucket", "positional", "qkv"])
 def test_convert_does_not_keep_an_older_llm_export_layout(ov_copy, field):
     """A dir converted before the bucketed LLM position table (manifest without
     ``llm.pos_bucket``) or before the positional tables became LLM inputs (without
-    ``llm.positional``) is not 'up to date': `cosyvino convert` rewrites it."""
+    ``llm.positional``), or before q/k/v became one projection (without ``llm.qkv``) is not
+    'up to date': `cosyvino convert` rewrites it."""
     from cosyvino.cli.convert import up_to_date_conversion
     from cosyvino.converted import read_manifest, write_manifest
 
@@ -415,3 +416,46 @@ def test_stage_threads_option_sets_each_stage_thread_count():
         stage_threads_properties(per, {"vocoder": 1})
     with pytest.raises(BackendError, match=">= 1"):
         stage_threads_properties(per, {"llm": 0})
+
+
+def test_fused_qkv_projects_like_the_three_linears_and_leaves_the_module_as_it_was():
+    """The export patch stacks linear_q/k/v by output channel: q, k, v (and the cache
+    concatenation) equal the three separate projections, a key projection without bias gets
+    zero biases, and afterwards the module, its state_dict and its method are the originals."""
+    from cosyvino.export.openvino.model_patcher import fused_qkv
+    from cosyvino.families.cosyvoice1.torch.transformer import RelPositionMultiHeadedAttention
+
+    torch.manual_seed(0)
+    for key_bias in (True, False):
+        att = RelPositionMultiHeadedAttention(4, 32, key_bias=key_bias).eval()
+        keys_before = list(att.state_dict())
+        x = torch.randn(2, 3, 32)
+        past_k, past_v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+        with torch.no_grad():
+            want = att.project_qkv(x, past_k, past_v)
+            with fused_qkv(att):
+                assert att.linear_qkv.weight.shape == (96, 32)
+                got = att.project_qkv(x, past_k, past_v)
+        for w, g in zip(want, got):
+            assert g.shape == w.shape
+            torch.testing.assert_close(g, w, rtol=0, atol=1e-6)
+        assert got[1].shape == (2, 4, 8, 8)  # the 5 cached keys + 3 new
+        assert not hasattr(att, "linear_qkv")
+        assert "project_qkv" not in vars(att)
+        assert list(att.state_dict()) == keys_before
+
+
+def test_converted_llm_has_one_qkv_projection_per_layer(converted_dir):
+    """The exported step computes q, k and v with one FullyConnected per layer: MatMuls named
+    after ``linear_qkv``, none after the separate ``linear_q`` / ``linear_k`` / ``linear_v``."""
+    import openvino as ov
+
+    from cosyvino.families.cosyvoice1.torch.loading import load_torch_model
+
+    layers = len(load_torch_model(str(TINY_A)).llm.llm.encoders)
+    model = ov.Core().read_model(f"{converted_dir(TINY_A)}/llm.xml")
+    matmuls = [op.get_friendly_name() for op in model.get_ops()
+               if op.get_type_name() == "MatMul" and ".llm.encoders." in op.get_friendly_name()]
+    fused = {n.split(".self_attn")[0] for n in matmuls if "self_attn.linear_qkv" in n}
+    assert len(fused) == layers
+    assert not [n for n in matmuls if any(f"self_attn.linear_{p}/" in n for p in "qkv")]

@@ -254,7 +254,7 @@ class OpenVINOBackend(Backend):
         ``model_dir/openvino``) against what a fresh conversion writes here: ``weights``, this
         cosyvino's version and, when the exporter can run here, the installed openvino version
         (``openvino_version``) and the exporter's LLM layout (``llm.pos_bucket``,
-        ``llm.positional``: a dir from an older exporter is rewritten). Imports
+        ``llm.positional``, ``llm.qkv``...: a dir from an older exporter is rewritten). Imports
         openvino and torch when both are installed."""
         from cosyvino import __version__
         from cosyvino.converted import conversion_status

@@ -7,9 +7,10 @@ family's graph table (:class:`cosyvino.families.GraphTable`, v1:
 shapes (dynamic dims -1) set on the IR, saved as ``<stem>.xml`` / ``.bin`` with fp32 or fp16
 weights. OpenVINO-specific, on top of the table: the LLM step is traced as
 :class:`.model_patcher.LLMCacheStep` with SDPA attention (:func:`.model_patcher.sdpa_attention`)
-and made stateful from the entry's state specs (:mod:`.stateful`); the estimator's linears are
-traced as plain MatMuls (:mod:`cosyvino.export.estimator_linears`). The small tables as numpy
-files and the manifest (:mod:`cosyvino.converted`) are written by
+and one stacked q/k/v projection per layer (:func:`.model_patcher.fused_qkv`), and made
+stateful from the entry's state specs (:mod:`.stateful`); the estimator's linears are traced
+as plain MatMuls (:mod:`cosyvino.export.estimator_linears`). The small tables as numpy files
+and the manifest (:mod:`cosyvino.converted`) are written by
 :func:`cosyvino.export.common.convert_atomically`, which also makes the output appear
 atomically: everything is written to a temp dir next to it and renamed at the end.
 """
@@ -29,7 +30,7 @@ from ...families import GraphSpec, GraphTable
 from cosyvino.families.cosyvoice1.torch.loading import TorchModel
 from ..common import Progress, convert_atomically, model_graphs
 from ..estimator_linears import plain_estimator_linears
-from .model_patcher import LLM_LAYOUT, LLMCacheStep, sdpa_attention
+from .model_patcher import LLM_LAYOUT, LLMCacheStep, fused_qkv, sdpa_attention
 from .stateful import make_llm_stateful
 
 WEIGHTS = ("fp32", "fp16")
@@ -97,7 +98,7 @@ def convert_llm(m: TorchModel, *, stateful: bool = True) -> ov.Model:
     the state as explicit inputs/outputs (the entry's own tensors)."""
     spec = model_graphs(m)[LLM_GRAPH]
     step = LLMCacheStep(m.llm)
-    with sdpa_attention(m.llm):
+    with sdpa_attention(m.llm), fused_qkv(m.llm):
         om = convert_graph(m, spec, step)
     if stateful:
         make_llm_stateful(om, spec.state)

@@ -13,6 +13,11 @@
   what the exported step uses) the positional term is ``(q + v) · pos_keys``; otherwise the
   query-side product ``q_v_h W_pos_h`` is written as one 2-D MatMul over a block-diagonal
   input (:func:`_query_pos_projection`).
+* :func:`fused_qkv` — while active, the LLM's q, k and v projections are one ``Linear`` of
+  three times the width (the three weight matrices stacked by output channel), split after:
+  one FullyConnected node instead of three per layer. Every output channel is the same dot
+  product as before (per-output-channel INT8 scales are unchanged too), so the logits are
+  bit-identical; measured 0.956x per INT8 decode step (docs/performance.md, issue 16).
 """
 
 from __future__ import annotations
@@ -86,6 +91,49 @@ def sdpa_attention(module: nn.Module):
             del m.forward
 
 
+def _fused_project_qkv(self: RelPositionMultiHeadedAttention, x, past_k=None, past_v=None):
+    """:meth:`RelPositionMultiHeadedAttention.project_qkv` through ``self.linear_qkv``."""
+    q, k, v = self.linear_qkv(x).split(self.h * self.d_k, dim=-1)
+    q, k, v = self._heads(q), self._heads(k), self._heads(v)
+    if past_k is not None and past_v is not None:
+        k = torch.cat([past_k, k], dim=2)
+        v = torch.cat([past_v, v], dim=2)
+    return q, k, v
+
+
+def _stacked_qkv(att: RelPositionMultiHeadedAttention) -> nn.Linear:
+    """``Linear(d, 3d)`` whose output channels are ``linear_q``'s, ``linear_k``'s, then
+    ``linear_v``'s (a key projection without bias gets zero biases: ``+ 0.0`` is exact)."""
+    q, k, v = att.linear_q, att.linear_k, att.linear_v
+    fused = nn.Linear(q.in_features, q.out_features + k.out_features + v.out_features,
+                      dtype=q.weight.dtype, device=q.weight.device)
+    k_bias = k.bias if k.bias is not None else torch.zeros_like(q.bias)
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([q.weight, k.weight, v.weight]))
+        fused.bias.copy_(torch.cat([q.bias, k_bias, v.bias]))
+    fused.requires_grad_(False)
+    return fused
+
+
+@contextlib.contextmanager
+def fused_qkv(module: nn.Module):
+    """Within the block, every rel-pos attention under ``module`` projects q, k and v with one
+    stacked ``linear_qkv`` (:func:`_stacked_qkv`); the module and its ``state_dict`` are as
+    before afterwards. Why: the decode step is a chain of ~30 small nodes per layer, each
+    paying the CPU plugin's per-node dispatch, and one FullyConnected of 3d outputs streams
+    its weights faster than three of d."""
+    patched = [m for m in module.modules() if isinstance(m, RelPositionMultiHeadedAttention)]
+    for m in patched:
+        m.linear_qkv = _stacked_qkv(m)
+        m.project_qkv = types.MethodType(_fused_project_qkv, m)
+    try:
+        yield
+    finally:
+        for m in patched:
+            del m.project_qkv
+            del m.linear_qkv
+
+
 #: Relative position table length granularity of the exported LLM step (the rows the host
 #: passes as ``pos_keys``, :class:`cosyvino.families.cosyvoice1.positional.PositionalKeys`):
 #: with the exact length (a new MatMul shape every decode step) the CPU plugin keeps a kernel
@@ -95,15 +143,19 @@ POS_BUCKET = 64
 #: Manifest fields (``llm``) of this exporter's LLM layout; a dir whose fields differ was
 #: written by an older exporter and ``cosyvino convert`` rewrites it. ``attention_mask``: the
 #: step takes a key mask and a batch dimension (batched decode of left-padded rows);
-#: ``positional``: the projected relative-position tables are inputs (``pos_keys.{l}``).
-LLM_LAYOUT = {"pos_bucket": POS_BUCKET, "positional": "keys_input", "attention_mask": "batch"}
+#: ``positional``: the projected relative-position tables are inputs (``pos_keys.{l}``);
+#: ``qkv``: one stacked q/k/v projection per layer (:func:`fused_qkv`; the step's inputs and
+#: outputs are unchanged, so older dirs still load: the field only makes `cosyvino convert`
+#: redo them).
+LLM_LAYOUT = {"pos_bucket": POS_BUCKET, "positional": "keys_input", "attention_mask": "batch",
+              "qkv": "fused"}
 
 
 class LLMCacheStep(LLMExplicitCacheStep):
     """The table's ``llm`` step (:class:`cosyvino.families.cosyvoice1.torch.llm.
     LLMExplicitCacheStep`: ``(inputs_embeds, attention_mask, pos_offset, pos_keys.{l}...,
     past...) -> (logp, present...)``) as the OpenVINO exporter traces it, inside
-    :func:`sdpa_attention`, slicing windows of :data:`POS_BUCKET` rows."""
+    :func:`sdpa_attention` and :func:`fused_qkv`, slicing windows of :data:`POS_BUCKET` rows."""
 
     def __init__(self, lm: TransformerLM):
         super().__init__(lm, pos_bucket=POS_BUCKET)
