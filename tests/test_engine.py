@@ -219,6 +219,46 @@ def test_scheduler_on_two_engines_matches_one(tts):
             out, tts.synthesize("你好，世界。", tts.speakers[i], seed=i).samples)
 
 
+@pytest.mark.parametrize("priority", [True, False])
+def test_first_chunk_priority_serves_a_new_request_before_a_streaming_one(tts, priority):
+    """One worker; B arrives when A (three segments, streamed by the latency schedule) has
+    delivered its first chunk. With first-chunk priority every step of B runs before A's next
+    chunk; first come, first served interleaves them, so A delivers more chunks first. The
+    audio of both is the same either way."""
+    events, out, done = [], {"A": [], "B": []}, threading.Event()
+    # B's one chunk needs 80 decode steps: long enough for A's next hops when they alternate
+    b_request = SynthesisRequest("你好，世界。", tts.speakers[1], seed=2, num_speech_tokens=80,
+                                 streaming=StreamingOptions("segment"))
+
+    def on(name):
+        def callback(kind, value):
+            events.append((name, kind))
+            if kind == "chunk":
+                out[name].append(value.samples)
+                if name == "A" and len(out["A"]) == 1:
+                    sched.submit(b_request, callback=on("B"))
+            elif sum(k != "chunk" for _, k in events) == 2:
+                done.set()
+        return callback
+
+    sched = Scheduler([tts.engine], lane_workers=0, first_chunk_priority=priority)
+    try:
+        sched.submit(SynthesisRequest(TEXT, tts.speakers[0], seed=1,
+                                      streaming=StreamingOptions("latency")), callback=on("A"))
+        assert done.wait(300)
+    finally:
+        sched.close()
+    assert ("A", "error") not in events and ("B", "error") not in events
+    a_chunks_before_b = [e for e in events[:events.index(("B", "chunk"))] if e == ("A", "chunk")]
+    if priority:
+        assert len(a_chunks_before_b) == 1
+    else:
+        assert len(a_chunks_before_b) > 1
+    np.testing.assert_array_equal(np.concatenate(out["B"]),
+                                  tts.synthesize(b_request).samples)
+    assert len(out["A"]) > 3
+
+
 # ---- cancellation ----------------------------------------------------------------------------
 def test_cancel_stops_between_steps_and_closes_the_session(tts):
     cancel = threading.Event()

@@ -14,6 +14,13 @@ whose decode step is ready joins when another request of the engine decodes too 
 request keeps its own session steps), stays a row until its segment's decoding ends, and the
 batch is one queued item stepped by one worker at a time; the other lanes (v1 audio) keep
 running on the other workers.
+
+First-chunk priority (``first_chunk_priority=True``, the default): a free worker takes the
+oldest queued step of a request that has not delivered its first chunk yet (the decode batch
+counts as such while one of its rows has not), and only then the oldest step of the rest. A
+request that already streams has audio buffered at its client; one that has not is silent, so
+its time to first audio is what a busy server should protect. Order within each class stays
+first come, first served; no step changes, so every request's audio is the same either way.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class RequestHandle:
         self._events: queue.SimpleQueue | None = None if callback else queue.SimpleQueue()
         self._finished = False
         self._error: tuple | None = None  # the first lane's failure (scheduler bookkeeping)
+        self.chunks = 0  # chunks delivered so far (first-chunk priority reads it)
 
     def cancel(self) -> None:
         """Stop the request before its next step (its LLM session is released by the worker)."""
@@ -126,13 +134,17 @@ class Scheduler:
         llm_batch: most LLM decode rows of concurrent requests one backend call advances per
             engine (capped at the stages' ``max_llm_batch``); 1 (default) or a cap below 2 =
             every request decodes in its own session, one step at a time.
+        first_chunk_priority: steps of requests that have not delivered a chunk yet go first
+            (module docstring); False = strictly first come, first served. Also an attribute
+            that may be changed while requests run (the next pick reads it).
 
     Raises:
         ValueError: no engines, or ``llm_batch`` is not a positive integer.
     """
 
     def __init__(self, engines: Sequence[Engine], *, name: str = "cosyvino-engine",
-                 lane_workers: int | None = None, llm_batch: int = 1):
+                 lane_workers: int | None = None, llm_batch: int = 1,
+                 first_chunk_priority: bool = True):
         if not engines:
             raise ValueError("a scheduler needs at least one engine")
         if isinstance(llm_batch, bool) or not isinstance(llm_batch, int) or llm_batch < 1:
@@ -142,6 +154,7 @@ class Scheduler:
         for e in engines:
             self._groups.setdefault(id(e), _Group(e, llm_batch))
         self._closed = False
+        self.first_chunk_priority = bool(first_chunk_priority)
         self._threads = []
         workers = list(engines)
         for g in self._groups.values():
@@ -215,7 +228,7 @@ class Scheduler:
                     self._cond.wait()
                 if self._closed and not group.ready:
                     return
-                handle, lane = group.ready.popleft()
+                handle, lane = self._next_ready(group)
                 if handle is group.batch_item:
                     joiners = group.joining[:max(0, group.batch.cap - len(group.batch))]
                     del group.joining[:len(joiners)]
@@ -242,6 +255,18 @@ class Scheduler:
                 final = self._after_step(group, handle, lane, final)
             if final is not None:
                 self._finish(handle, final)
+
+    def _next_ready(self, group: _Group) -> tuple:
+        """Take the next ``(handle, lane)`` from ``group.ready`` (condition held, queue not
+        empty): the oldest entry still waiting for its first chunk under first-chunk priority
+        (see the module docstring), else the oldest entry."""
+        if self.first_chunk_priority:
+            for i, (h, lane) in enumerate(group.ready):
+                rows = (group.batch.handles + group.joining) if h is group.batch_item else (h,)
+                if any(r.chunks == 0 for r in rows):
+                    del group.ready[i]
+                    return h, lane
+        return group.ready.popleft()
 
     def _joins_batch(self, group: _Group, handle: RequestHandle, lane: str) -> bool:
         """Whether ``handle``'s ``lane`` step goes into the group's decode batch: batching is
@@ -329,6 +354,7 @@ class Scheduler:
         except BaseException as e:  # delivered to the submitter, who decides how to report it
             return (ERROR, e)
         for chunk in chunks:
+            handle.chunks += 1
             handle._emit(CHUNK, chunk)
         if handle.state.done:
             return (DONE, None)
