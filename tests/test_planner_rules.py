@@ -209,6 +209,36 @@ def test_busy_host_turns_pinning_off(tmp_path):
     assert make_plan(p, pinning=True).pinning is True
 
 
+def test_load_average_from_ended_work_keeps_pinning(tmp_path):
+    """A high 1-minute load average whose work has ended (the probe's own /proc/stat sample
+    says the CPUs are idle now, e.g. `plan` right after `convert`) does not turn pinning off;
+    a sample that agrees with the average does."""
+    p = probe_topology(str(trees.build(tmp_path, cpus={0: (0, 0), 1: (0, 1)},
+                                       flags=trees.AVX2, loadavg="1.80 1.50 1.00")))
+    p.backends, p.model = dict(trees.BOTH), trees.model_with_irs()
+    p.busy_cpus = 0.1
+    plan = make_plan(p)
+    assert plan.pinning is True and "work that has ended" in _reason(plan, "pinning")
+    assert not any("load average" in w for w in plan.warnings)
+    p.busy_cpus = 1.6
+    plan = make_plan(p)
+    assert plan.pinning is False and "1.6 busy now" in _reason(plan, "pinning")
+
+
+def test_busy_cpus_sample_from_proc_stat():
+    """busy CPUs = CPUs x busy share of the jiffies between two reads (idle and iowait are not
+    busy); None when /proc/stat is unreadable or did not advance."""
+    from cosyvino.planner.topology import sample_busy_cpus
+
+    stats = iter(["cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2 3 4\n",
+                  "cpu  250 0 150 1000 100 0 0 0 0 0\n"])
+    # busy +200 of +500 jiffies (idle +200, iowait +100): 2 CPUs x 0.4
+    assert sample_busy_cpus(lambda _: next(stats), 2, seconds=0) == 0.8
+    assert sample_busy_cpus(lambda _: None, 2, seconds=0) is None
+    same = "cpu  1 0 1 8 0 0 0 0 0 0\n"
+    assert sample_busy_cpus(lambda _: same, 2, seconds=0) is None
+
+
 def test_shared_host_turns_pinning_off(tmp_path):
     plan = make_plan(_probe(trees.this_machine, tmp_path), shared_host=True)
     assert plan.pinning is False and "--shared-host" in _reason(plan, "pinning")

@@ -18,7 +18,7 @@ import os
 from ..backends.base import Backend, Capabilities
 from .inventory import STAGES, backend_capabilities, installed_backends, model_inventory
 from .planfile import PLAN_VERSION, Plan, PlanError
-from .topology import Probe
+from .topology import BUSY_LOAD, Probe
 
 GOALS = ("latency", "throughput")
 
@@ -71,8 +71,16 @@ def int8_dot_products(flags) -> bool:
 
 #: what a backend is assumed to offer when it could not describe itself (override only)
 UNKNOWN_CAPABILITIES = Capabilities(ready=False, reason="capabilities unknown")
-#: load average per online CPU above which the host counts as shared (pinning off)
-BUSY_LOAD = 0.5
+def host_busy(probe: Probe) -> bool:
+    """Other processes load these CPUs: the 1-minute load average is above :data:`BUSY_LOAD`
+    per online CPU and, where the probe sampled it, so is the load right now (the average
+    still counts a `cosyvino convert` that ended seconds ago: README's first command runs
+    `plan` right after one)."""
+    n_online = max(1, len(probe.online_cpus))
+    if probe.loadavg_1m is None or probe.loadavg_1m <= BUSY_LOAD * n_online:
+        return False
+    busy_now = probe.busy_cpus
+    return busy_now is None or busy_now > BUSY_LOAD * n_online
 #: keep this share of the memory budget free (page cache, allocator slack)
 MEMORY_HEADROOM = 0.9
 
@@ -284,14 +292,20 @@ def _pinning(probe: Probe, backend: str, caps: Capabilities, shared_host: bool,
                           f"CPU quota {probe.cpu_quota:g} < {len(probe.affinity)} allowed CPUs: "
                           "the process does not own whole cores")
     n_online = max(1, len(probe.online_cpus))
-    if probe.loadavg_1m is not None and probe.loadavg_1m > BUSY_LOAD * n_online:
+    busy_now = probe.busy_cpus
+    if host_busy(probe):
+        now = "" if busy_now is None else f", {busy_now:g} busy now"
         return log.decide("pinning", False,
-                          f"host busy while planning (load average {probe.loadavg_1m:g} on "
-                          f"{n_online} CPUs): other workers appear to share these cores; "
-                          "`--pinning` forces it on")
+                          f"host busy while planning (load average {probe.loadavg_1m:g}"
+                          f"{now} on {n_online} CPUs): other workers appear to share these "
+                          "cores; `--pinning` forces it on")
+    after = ""
+    if probe.loadavg_1m is not None and probe.loadavg_1m > BUSY_LOAD * n_online:
+        after = (f"; the load average {probe.loadavg_1m:g} is from work that has ended "
+                 f"({busy_now:g} of {n_online} CPUs busy while planning)")
     return log.decide("pinning", True, f"the process owns CPUs {_cpus(probe.affinity)} "
                                        "(no quota); pass --shared-host if other heavy "
-                                       "processes run on them")
+                                       f"processes run on them{after}")
 
 
 def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | None,
@@ -791,7 +805,7 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
                                 "for want of work; admission still refuses (503) what would "
                                 "miss its deadline")
     n_online = max(1, len(probe.online_cpus))
-    if probe.loadavg_1m is not None and probe.loadavg_1m > BUSY_LOAD * n_online:
+    if host_busy(probe):
         log.warnings.append(f"load average {probe.loadavg_1m:g} on {n_online} online CPUs: "
                             "other processes are busy here; --tune measurements include "
                             "their load")

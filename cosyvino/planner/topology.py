@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import time
 from dataclasses import asdict, dataclass, field
 
 #: /proc/cpuinfo flags the planner cares about (kernel spelling).
@@ -76,6 +77,43 @@ def _size_kb(text: str) -> int:
     return int(t) * mult
 
 
+#: seconds over which the probe samples /proc/stat for :attr:`Probe.busy_cpus`
+BUSY_SAMPLE_S = 0.3
+#: load per online CPU above which the host counts as shared (the planner then turns pinning
+#: off, :func:`cosyvino.planner.rules.host_busy`)
+BUSY_LOAD = 0.5
+
+
+def _cpu_jiffies(stat: str | None) -> tuple[int, int] | None:
+    """``(busy, total)`` jiffies of /proc/stat's aggregate ``cpu`` line (busy = total minus
+    idle and iowait; proc(5)), or None when unreadable."""
+    for line in (stat or "").splitlines():
+        if line.startswith("cpu "):
+            try:
+                v = [int(x) for x in line.split()[1:]]
+            except ValueError:
+                return None
+            if len(v) < 5:
+                return None
+            total = sum(v[:8])
+            return total - v[3] - v[4], total
+    return None
+
+
+def sample_busy_cpus(read, n_cpus: int, seconds: float = BUSY_SAMPLE_S) -> float | None:
+    """CPUs kept busy over ``seconds`` (``n_cpus`` x the busy share of /proc/stat's jiffies
+    between two reads by ``read(path)``); None when /proc/stat is unreadable or did not
+    advance. The caller sleeps meanwhile, so this is other processes' load."""
+    a = _cpu_jiffies(read("/proc/stat"))
+    if a is None:
+        return None
+    time.sleep(seconds)
+    b = _cpu_jiffies(read("/proc/stat"))
+    if b is None or b[1] <= a[1]:
+        return None
+    return round(n_cpus * (b[0] - a[0]) / (b[1] - a[1]), 2)
+
+
 @dataclass
 class Probe:
     """A snapshot of the machine as this process sees it. Plain data (TOML/JSON-able).
@@ -85,7 +123,10 @@ class Probe:
     quota in CPUs (e.g. 1.5) or None when unlimited; ``physical_cores`` counts cores (not SMT
     siblings) among the affinity CPUs; ``p_cores``/``e_cores`` are physical P/E cores in the
     affinity set on hybrid CPUs (both 0 otherwise). Memory in bytes; ``mem_limit`` None when no
-    cgroup limit. ``flags`` are the :data:`ISA_FLAGS` present. ``devices`` (backend name -> its
+    cgroup limit. ``loadavg_1m`` is /proc/loadavg's 1-minute figure (lags: it still counts a
+    job that ended a minute ago); ``busy_cpus`` is how many CPUs other processes kept busy over
+    :data:`BUSY_SAMPLE_S` seconds of the probe (/proc/stat deltas, live machine only; None when
+    not measured). ``flags`` are the :data:`ISA_FLAGS` present. ``devices`` (backend name -> its
     runtime's view of the CPU), ``backends`` and ``model`` are filled by
     :mod:`cosyvino.planner.inventory` (empty when not probed).
     """
@@ -115,6 +156,7 @@ class Probe:
     mem_total: int = 0
     mem_limit: int | None = None
     loadavg_1m: float | None = None
+    busy_cpus: float | None = None
     devices: dict = field(default_factory=dict)
     backends: dict = field(default_factory=dict)
     model: dict = field(default_factory=dict)
@@ -520,5 +562,9 @@ def probe_topology(root: str = "/", *, affinity=None) -> Probe:
             pr.loadavg_1m = float(load.split()[0])
         except (ValueError, IndexError):
             pass
+    if root == "/" and pr.loadavg_1m is not None and pr.online_cpus:
+        # only worth the wait when the lagging load average says busy
+        if pr.loadavg_1m > BUSY_LOAD * len(pr.online_cpus):
+            pr.busy_cpus = sample_busy_cpus(r.read, len(pr.online_cpus))
     pr.warnings = r.warnings
     return pr
