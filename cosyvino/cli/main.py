@@ -627,8 +627,8 @@ def _stream_to(synth_, output, fmt, text, speaker, options: dict) -> dict:
     stats = audio_stats(times, sink.samples_written / synth_.sample_rate, wall, tokens)
     stats.update(chunks=chunks, first_audio_seconds=round(first, 4) if first else None,
                  seed=seed_used)
-    rtf = f"{stats['rtf']:.3f}" if stats["rtf"] else "n/a"
-    click.echo(f"streamed {chunks} chunks: first audio {first or 0:.2f} s, RTF {rtf}", err=True)
+    # first audio and RTF are in the caller's summary line; the live line above gave the first
+    click.echo(f"streamed {chunks} chunks", err=True)
     return stats
 
 
