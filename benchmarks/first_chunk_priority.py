@@ -1,4 +1,4 @@
-"""First-chunk priority under concurrency (issue 17): the scheduler's two orders side by side
+"""First-chunk priority under concurrency: the scheduler's two orders side by side
 in one process, on one loaded model.
 
 ``clients`` closed-loop clients each stream one request after another (the load test's text mix
@@ -75,7 +75,8 @@ def run_round(tts, clients: int, seconds: float, tokens: int | None, spread: flo
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", required=True, help="plan file (cosyvino plan)")
-    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--clients", type=int, default=4,
+                    help="closed-loop clients, each streaming one request after another")
     ap.add_argument("--llm-batch", type=int, default=4, help="decode rows per LLM call")
     ap.add_argument("--sessions", type=int, default=4, help="requests stepped at once")
     ap.add_argument("--round", type=float, default=45.0, help="seconds per round")

@@ -49,12 +49,18 @@ def part_of(name: str, node_type: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-dir", required=True)
-    ap.add_argument("--past", type=int, default=300)
-    ap.add_argument("--prompt", type=int, default=60)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--model-dir", required=True,
+                    help="a converted dir (e.g. MODEL/openvino-int8) or a model dir (its served "
+                         "OpenVINO conversion is used)")
+    ap.add_argument("--past", type=int, default=300,
+                    help="cached positions before the profiled steps (default 300)")
+    ap.add_argument("--prompt", type=int, default=60,
+                    help="positions of the first (prefill) call (default 60)")
+    ap.add_argument("--steps", type=int, default=20,
+                    help="profiled decode steps; wall times are their medians (default 20)")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="INFERENCE_NUM_THREADS (default 2)")
+    ap.add_argument("--top", type=int, default=25, help="slowest nodes listed (default 25)")
     ap.add_argument("--precision", default="f32",
                     help="INFERENCE_PRECISION_HINT (the planner serves the LLM in f32; the "
                          "plugin's own default is bf16 on AVX512_BF16/AMX CPUs)")

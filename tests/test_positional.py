@@ -57,23 +57,47 @@ def test_a_window_is_linear_pos_of_its_distances_by_head(bucket):
 
 
 def test_growth_both_ways_keeps_rows_handed_out():
+    """Growing (a long decode above, a long prefill's negative distances below, and a
+    reallocation) never changes a row inside a window handed out, in the arrays handed out or
+    in the new ones."""
     w, pk = _keys()
     off0, t0 = pk.rows(5, 1)
-    before = [t.copy() for t in t0]
+    count0 = pk.count(5, 1)
+    o0 = int(off0[0])
+    before = [t[:, o0:o0 + count0].copy() for t in t0]
     # beyond the top (a long decode) and below the bottom (a long prefill's negative distances)
     pk.rows(5 + 3 * GROWTH, 1)
     off2, t2 = pk.rows(0, 2 * GROWTH)
     for a, b in zip(t0, before):
-        assert np.array_equal(a, b)  # the arrays given out earlier were not written
+        assert np.array_equal(a[:, o0:o0 + count0], b)  # the window given out is unchanged
     o = int(off2[0])
     count = pk.count(0, 2 * GROWTH)
     for t, ref in zip(t2, _want(w, 4, 2 * GROWTH - 1, count)):
         assert _maxabs(t[:, o:o + count], ref) < 1e-3
-    # the earlier window is still where the new tables say it is
+    # the earlier window is still where the new tables say it is, with the same values
     o5, t5 = pk.rows(5, 1)
     for t, ref in zip(t5, before):
-        assert _maxabs(t[:, int(o5[0]):int(o5[0]) + pk.count(5, 1)],
-                       ref[:, int(off0[0]):int(off0[0]) + pk.count(5, 1)]) == 0.0
+        assert np.array_equal(t[:, int(o5[0]):int(o5[0]) + count0], ref)
+
+
+def test_growth_within_capacity_writes_in_place_and_projects_only_new_distances():
+    """Once the tables have room, an extension adds the new distances to the same arrays (no
+    copy of the tables) and projects only those; every window still equals the definition."""
+    w, pk = _keys()
+    _, t0 = pk.rows(0, 3)
+    projected = []
+    real = pk._project_into
+    pk._project_into = lambda tables, anchor, first, count: (projected.append(count),
+                                                             real(tables, anchor, first, count))
+    p = 3
+    while pk.rows(p, 1)[1][0] is t0[0]:  # decode until the tables must be reallocated
+        off, tabs = pk.rows(p, 1)
+        o, count = int(off[0]), pk.count(p, 1)
+        for t, ref in zip(tabs, _want(w, 4, p, count)):
+            assert _maxabs(t[:, o:o + count], ref) < 1e-3
+        p += 1
+    assert p > 2 * GROWTH  # the first tables had room for more than one extension
+    assert projected and set(projected[:-1]) == {GROWTH}  # only new distances, GROWTH at a time
 
 
 def test_bad_arguments_are_value_errors():

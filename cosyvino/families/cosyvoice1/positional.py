@@ -16,8 +16,8 @@ import threading
 
 import numpy as np
 
-#: distances added per extension of the table beyond what a step needs (amortises the numpy
-#: projection, ~4 GFLOP per 256 distances for the 300M LLM)
+#: distances projected per extension of the tables beyond what a step needs (amortises the
+#: numpy projection, ~7.5 GFLOP per 256 distances for the 300M LLM's 14 layers)
 GROWTH = 256
 
 
@@ -42,10 +42,19 @@ class PositionalKeys:
     """Per-layer positional keys ``pe(r) @ W_pos_l^T`` by head, for a window of distances
     grown on demand, shared by every session and batch of one loaded model (thread-safe).
 
-    The tables are head-major ``[H, N, d_k]`` (what the step's MatMul reads without a
-    transpose) and a step gets the whole table plus the row offset of its window
+    The tables are head-major ``[H, cap, d_k]`` (what the step's MatMul reads without a
+    transpose) and a step gets the whole tables plus the row offset of its window
     (``pos_offset``): a head-major window is not a contiguous slice, and copying it out every
-    step would cost more than the projection it saves.
+    step would cost more than the projection it saves. Row ``anchor - r`` holds distance
+    ``r``; only rows of distances already projected are ever read.
+
+    Growing writes the new distances into rows no window has used yet, in place: an
+    extension projects only the new distances (one GEMM for all layers), and the tables are
+    reallocated (existing rows copied once, capacity doubled) only when the new distances fall
+    outside them. Rows inside a window handed out never change; arrays handed out stay valid
+    (a reallocation leaves them to their holders). Before (a new concatenated copy of every
+    table per extension) an extension at ~1000 distances cost ~0.5 s mid-decode
+    (docs/performance.md, "Zen 4, second stop").
 
     Args:
         weights: float32 ``[L, d, d]``, layer ``l``'s ``linear_pos.weight`` (``llm_tables.npz``
@@ -60,12 +69,15 @@ class PositionalKeys:
         if w.ndim != 3 or w.shape[1] != w.shape[2] or w.shape[1] % heads:
             raise ValueError(f"positional weights must be [layers, d, d] with d divisible by "
                              f"{heads} heads, got {w.shape}")
-        self._w_t = [np.ascontiguousarray(w[i].T) for i in range(w.shape[0])]
         self.layers, self.d_model, self.heads = w.shape[0], w.shape[1], int(heads)
+        # [L*d, d]: every layer's W_pos stacked (a view, no copy); pe @ this.T projects all
+        # layers in one GEMM (BLAS reads the transpose in place)
+        self._w_all = w.reshape(-1, self.d_model)
         self.bucket = max(1, int(bucket))
-        # (hi, lo, tables): distances hi, hi-1, ..., lo, row 0 = hi; one tuple, so a reader
-        # never sees a window and tables of different extensions
-        self._window: tuple[int, int, list[np.ndarray]] = (-1, 0, [])
+        # (anchor, hi, lo, tables): distances hi, hi-1, ..., lo projected, distance r in row
+        # anchor - r; one tuple, so a reader never sees a window and tables of different
+        # extensions
+        self._state: tuple[int, int, int, list[np.ndarray]] = (0, -1, 0, [])
         self._lock = threading.Lock()
 
     def count(self, past: int, new: int) -> int:
@@ -74,33 +86,48 @@ class PositionalKeys:
         n = past + 2 * new - 1
         return -(-n // self.bucket) * self.bucket
 
-    def _project(self, first: int, count: int) -> list[np.ndarray]:
-        pe = sinusoid_rows(first, count, self.d_model)
+    def _project_into(self, tables: list[np.ndarray], anchor: int, first: int,
+                      count: int) -> None:
+        """Write distances ``first, first-1, ..., first-count+1`` into rows
+        ``anchor-first ..`` of every table."""
+        proj = sinusoid_rows(first, count, self.d_model) @ self._w_all.T  # [count, L*d]
         dk = self.d_model // self.heads
-        return [(pe @ w_t).reshape(count, self.heads, dk).transpose(1, 0, 2)
-                for w_t in self._w_t]
+        row = anchor - first
+        for i, t in enumerate(tables):
+            block = proj[:, i * self.d_model:(i + 1) * self.d_model]
+            t[:, row:row + count] = block.reshape(count, self.heads, dk).transpose(1, 0, 2)
 
-    def _extend(self, hi: int, lo: int) -> None:
-        old_hi, old_lo, tables = self._window
-        new_hi = hi + GROWTH if not tables or hi > old_hi else old_hi
-        new_lo = lo - GROWTH if not tables or lo < old_lo else old_lo
-        if not tables:
-            parts = [[t] for t in self._project(new_hi, new_hi - new_lo + 1)]
+    def _extend(self, first: int, last: int) -> None:
+        anchor, hi, lo, tables = self._state
+        empty = not tables
+        new_hi = first + GROWTH - 1 if empty or first > hi else hi  # decode: GROWTH more
+        new_lo = last if empty or last < lo else lo
+        cap = tables[0].shape[1] if tables else 0
+        if empty or new_hi > anchor or anchor - new_lo >= cap:
+            # room for as many distances again above, and a bucket below
+            new_anchor = new_hi + max(GROWTH, new_hi - new_lo)
+            new_cap = new_anchor - new_lo + 1 + self.bucket
+            dk = self.d_model // self.heads
+            grown = [np.zeros((self.heads, new_cap, dk), np.float32)
+                     for _ in range(self.layers)]
+            if not empty:  # copy the projected rows once
+                src, dst = anchor - hi, new_anchor - hi
+                for g, t in zip(grown, tables):
+                    g[:, dst:dst + hi - lo + 1] = t[:, src:src + hi - lo + 1]
+            anchor, tables = new_anchor, grown
+        if empty:
+            self._project_into(tables, anchor, new_hi, new_hi - new_lo + 1)
         else:
-            parts = [[t] for t in tables]
-            if new_hi > old_hi:
-                for p, t in zip(parts, self._project(new_hi, new_hi - old_hi)):
-                    p.insert(0, t)
-            if new_lo < old_lo:
-                for p, t in zip(parts, self._project(old_lo - 1, old_lo - new_lo)):
-                    p.append(t)
-        tables = [np.ascontiguousarray(np.concatenate(p, axis=1)) for p in parts]
-        self._window = (new_hi, new_lo, tables)
+            if new_hi > hi:
+                self._project_into(tables, anchor, new_hi, new_hi - hi)
+            if new_lo < lo:
+                self._project_into(tables, anchor, lo - 1, lo - new_lo)
+        self._state = (anchor, new_hi, new_lo, tables)
 
     def rows(self, past: int, new: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """``(pos_offset, tables)``, the ``pos_offset`` int64 ``[1]`` and ``pos_keys.{l}``
         inputs of a step over ``past`` cached (padded) and ``new`` positions: per layer
-        float32 ``[H, N, d_k]`` (shared: do not write) whose row ``pos_offset + k`` is
+        float32 ``[H, cap, d_k]`` (shared: do not write) whose row ``pos_offset + k`` is
         ``W_pos pe(past + new - 1 - k)`` by head, for ``k < count(past, new)``. Raises
         ValueError for ``past < 0`` or ``new < 1``."""
         if past < 0 or new < 1:
@@ -108,11 +135,11 @@ class PositionalKeys:
         first = past + new - 1
         count = self.count(past, new)
         last = first - count + 1
-        hi, lo, tables = self._window
+        anchor, hi, lo, tables = self._state
         if not tables or first > hi or last < lo:
             with self._lock:
-                hi, lo, tables = self._window
+                anchor, hi, lo, tables = self._state
                 if not tables or first > hi or last < lo:
                     self._extend(first, last)
-                hi, lo, tables = self._window
-        return np.array([hi - first], np.int64), tables
+                anchor, hi, lo, tables = self._state
+        return np.array([anchor - first], np.int64), tables
