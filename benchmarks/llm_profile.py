@@ -1,4 +1,4 @@
-"""Where an LLM decode step goes (issue 16 item 1): OpenVINO per-node counters of the served
+"""Where an LLM decode step goes: OpenVINO per-node counters of the served
 ``llm`` IR, grouped by node type and by the part of the layer a node belongs to, beside the
 step's wall time (the gap = time outside nodes: dynamic-shape bookkeeping, host round trip).
 

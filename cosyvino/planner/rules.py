@@ -631,9 +631,10 @@ def _estimator_batch(backend: str, caps: Capabilities, streams: int, max_session
         f"{per_stream} requests per stream: flow hops of equal length (the same streaming "
         "schedule and token count) share one estimator call instead of time-sharing the "
         "stream's cores; measured 0.72-0.77x the time of two calls at once (2 cores, AVX2, "
-        "fp32) and 0.71-0.91x of two calls in turn (AMX Xeon, INT8), same rows; a lone "
-        "request never waits (docs/performance.md, 'Batched estimator calls across "
-        "requests')")
+        "fp32) and 0.71-0.91x of two calls in turn (AMX Xeon, INT8), same rows, but no gain "
+        "in the load test on an AVX-512 Zen 4 (INT8): not measured on this machine, "
+        "`cosyvino plan --tune` measures it; a lone request never waits (docs/performance.md, "
+        "'Batched estimator calls across requests')")
 
 
 def _decode_profile(model_dir: str | None):
