@@ -79,26 +79,32 @@ def _sdpa_forward(self: RelPositionMultiHeadedAttention, x, pos, mask=None, past
 
 
 @contextlib.contextmanager
-def sdpa_attention(module: nn.Module):
-    """Within the block, every rel-pos attention under ``module`` uses the SDPA formulation."""
-    patched = [m for m in module.modules() if isinstance(m, RelPositionMultiHeadedAttention)]
-    for m in patched:
-        m.forward = types.MethodType(_sdpa_forward, m)
+def _patch_attentions(module: nn.Module, patch):
+    """Within the block, every rel-pos attention ``m`` under ``module`` has the attributes
+    ``patch(m)`` returns (a dict) set on it; they are deleted afterwards."""
+    patched = [(m, patch(m)) for m in module.modules()
+               if isinstance(m, RelPositionMultiHeadedAttention)]
+    for m, attrs in patched:
+        for name, value in attrs.items():
+            setattr(m, name, value)
     try:
         yield
     finally:
-        for m in patched:
-            del m.forward
+        for m, attrs in patched:
+            for name in attrs:
+                delattr(m, name)
+
+
+def sdpa_attention(module: nn.Module):
+    """Context manager: within the block, every rel-pos attention under ``module`` uses the
+    SDPA formulation."""
+    return _patch_attentions(module, lambda m: {"forward": types.MethodType(_sdpa_forward, m)})
 
 
 def _fused_project_qkv(self: RelPositionMultiHeadedAttention, x, past_k=None, past_v=None):
     """:meth:`RelPositionMultiHeadedAttention.project_qkv` through ``self.linear_qkv``."""
     q, k, v = self.linear_qkv(x).split(self.h * self.d_k, dim=-1)
-    q, k, v = self._heads(q), self._heads(k), self._heads(v)
-    if past_k is not None and past_v is not None:
-        k = torch.cat([past_k, k], dim=2)
-        v = torch.cat([past_v, v], dim=2)
-    return q, k, v
+    return self._with_cache(q, k, v, past_k, past_v)
 
 
 def _stacked_qkv(att: RelPositionMultiHeadedAttention) -> nn.Linear:
@@ -115,23 +121,15 @@ def _stacked_qkv(att: RelPositionMultiHeadedAttention) -> nn.Linear:
     return fused
 
 
-@contextlib.contextmanager
 def fused_qkv(module: nn.Module):
-    """Within the block, every rel-pos attention under ``module`` projects q, k and v with one
-    stacked ``linear_qkv`` (:func:`_stacked_qkv`); the module and its ``state_dict`` are as
-    before afterwards. Why: the decode step is a chain of ~30 small nodes per layer, each
-    paying the CPU plugin's per-node dispatch, and one FullyConnected of 3d outputs streams
-    its weights faster than three of d."""
-    patched = [m for m in module.modules() if isinstance(m, RelPositionMultiHeadedAttention)]
-    for m in patched:
-        m.linear_qkv = _stacked_qkv(m)
-        m.project_qkv = types.MethodType(_fused_project_qkv, m)
-    try:
-        yield
-    finally:
-        for m in patched:
-            del m.project_qkv
-            del m.linear_qkv
+    """Context manager: within the block, every rel-pos attention under ``module`` projects
+    q, k and v with one stacked ``linear_qkv`` (:func:`_stacked_qkv`); the module and its
+    ``state_dict`` are as before afterwards. Why: the decode step is a chain of ~30 small
+    nodes per layer, each paying the CPU plugin's per-node dispatch, and one FullyConnected of
+    3d outputs streams its weights faster than three of d."""
+    return _patch_attentions(module, lambda m: {
+        "linear_qkv": _stacked_qkv(m),
+        "project_qkv": types.MethodType(_fused_project_qkv, m)})
 
 
 #: Relative position table length granularity of the exported LLM step (the rows the host

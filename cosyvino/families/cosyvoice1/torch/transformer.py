@@ -94,9 +94,13 @@ class RelPositionMultiHeadedAttention(nn.Module):
     def project_qkv(self, x: Tensor, past_k: Tensor | None = None,
                     past_v: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Heads of q [B, H, T, d_k] and of k, v with the cache prepended [B, H, P+T, d_k]."""
-        q = self._heads(self.linear_q(x))
-        k = self._heads(self.linear_k(x))
-        v = self._heads(self.linear_v(x))
+        return self._with_cache(self.linear_q(x), self.linear_k(x), self.linear_v(x),
+                                past_k, past_v)
+
+    def _with_cache(self, q: Tensor, k: Tensor, v: Tensor, past_k: Tensor | None,
+                    past_v: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Projections ``[B, T, H*d_k]`` -> heads, the cache prepended to k and v."""
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)
         if past_k is not None and past_v is not None:
             k = torch.cat([past_k, k], dim=2)
             v = torch.cat([past_v, v], dim=2)
