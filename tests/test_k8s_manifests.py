@@ -229,12 +229,15 @@ def test_cli_emits_manifests_and_plans_pinning_by_cpu_manager(tmp_path, monkeypa
 
 
 def test_shared_host_plans_no_pinning(tmp_path):
-    assert _plan(tmp_path).pinning is True   # an idle 2-socket host that owns its cores
+    # an idle 2-socket host that owns its cores: pinned when asked (the rules leave it off
+    # there because several sessions share each stream's cores)
+    assert _plan(tmp_path, pinning=True).pinning is True
     plan = _plan(tmp_path / "shared", shared_host=True)
     assert plan.pinning is False and "--shared-host" in plan.decision("pinning")["reason"]
     assert "pinning off" in emit_k8s(plan)
-    assert "WARNING: the plan pins" in emit_k8s(_plan(tmp_path / "pinned"))
-    assert "WARNING" not in emit_k8s(_plan(tmp_path / "static"), K8sOptions(static_cpu=True))
+    assert "WARNING: the plan pins" in emit_k8s(_plan(tmp_path / "pinned", pinning=True))
+    assert "WARNING" not in emit_k8s(_plan(tmp_path / "static", pinning=True),
+                                     K8sOptions(static_cpu=True))
 
 
 def test_cli_refuses_bad_k8s_options(tmp_path):

@@ -220,6 +220,10 @@ def test_tune_candidates_for_openvino_plans(tmp_path):
 
     p, plan = _plan(tmp_path, trees.xeon_2s)
     labels = [c["label"] for c in candidates(plan, p)]
+    # the plan leaves pinning off (sessions share each stream's cores): nothing to turn off
+    assert labels == ["plan", "threads=48", "precision=bf16", "torch threads=16"]
+    p, plan = _plan(tmp_path / "p", trees.xeon_2s, pinning=True)
+    labels = [c["label"] for c in candidates(plan, p)]
     assert labels == ["plan", "threads=48", "pinning=off", "precision=bf16", "torch threads=16"]
     p, plan = _plan(tmp_path / "c", trees.container_64)
     cands = candidates(plan, p)

@@ -40,11 +40,16 @@ def test_this_machine_openvino_with_irs(tmp_path):
     _check_invariants(plan, p)
     assert plan.backend == "openvino" and "IRs found" in _reason(plan, "backend")
     assert (plan.streams, plan.threads_per_stream, plan.total_threads) == (1, 2, 2)
-    assert plan.pinning is True
+    # the process owns both CPUs, but a request's lanes (and 2 sessions) run calls at once on
+    # the stream's cores: pinned, their threads could not move apart
+    assert plan.pinning is False
+    reason = _reason(plan, "pinning")
+    assert "overlap_stages" in reason and "2 sessions share 1 stream(s)" in reason
+    assert make_plan(p, pinning=True).pinning is True
     # one stream; 2 requests share its decode steps (the estimated 2-row step ~1.17x a lone one)
     assert (plan.llm_batch, plan.max_sessions, plan.queue_size) == (2, 2, 4)
     assert plan.backend_options == {"num_threads": 2, "num_streams": 1,
-                                    "performance_hint": "LATENCY", "cpu_pinning": True,
+                                    "performance_hint": "LATENCY", "cpu_pinning": False,
                                     "precision": "f32", "kv_cache_precision": "f32",
                                     "overlap_stages": True}
     # bf16-capable (AVX512_BF16) but not measured: fp32, and the reason says how to change it
@@ -95,7 +100,8 @@ def test_xeon_latency(tmp_path):
     assert plan.decision("thread_budget")["value"] == 112
     assert plan.threads_per_stream == 16
     assert plan.streams == 6                      # 3 x 16-thread streams per 56-core node
-    assert plan.pinning is True and (plan.llm_batch, plan.max_sessions) == (4, 24)
+    assert plan.pinning is False and (plan.llm_batch, plan.max_sessions) == (4, 24)
+    assert "24 sessions share 6 stream(s)" in _reason(plan, "pinning")
     assert plan.backend_options["properties"] == {"ENABLE_HYPER_THREADING": False}
     assert "AMX" in _reason(plan, "compute_precision")
 
@@ -217,12 +223,30 @@ def test_load_average_from_ended_work_keeps_pinning(tmp_path):
                                        flags=trees.AVX2, loadavg="1.80 1.50 1.00")))
     p.backends, p.model = dict(trees.BOTH), trees.model_with_irs()
     p.busy_cpus = 0.1
-    plan = make_plan(p)
+    # one 1-thread stream, one session: no calls share its cores, so only the load decides
+    plan = make_plan(p, threads=1, sessions=1)
     assert plan.pinning is True and "work that has ended" in _reason(plan, "pinning")
     assert not any("load average" in w for w in plan.warnings)
     p.busy_cpus = 1.6
-    plan = make_plan(p)
+    plan = make_plan(p, threads=1, sessions=1)
     assert plan.pinning is False and "1.6 busy now" in _reason(plan, "pinning")
+
+
+def test_calls_sharing_a_streams_cores_turn_pinning_off(tmp_path):
+    """Pinning stays on only when one call at a time runs on a stream's cores: 1-thread
+    streams (no overlapping lanes) with one session each."""
+    p = _probe(trees.this_machine, tmp_path)
+    alone = make_plan(p, threads=1, sessions=1)
+    assert alone.pinning is True and not alone.backend_options["overlap_stages"]
+    lanes = make_plan(p, sessions=1)  # 2 threads: the LLM and audio lanes overlap
+    assert lanes.backend_options["overlap_stages"] and lanes.pinning is False
+    assert "overlap_stages" in _reason(lanes, "pinning")
+    assert "sessions share" not in _reason(lanes, "pinning")
+    shared = make_plan(p, threads=1, sessions=3)
+    assert shared.pinning is False and _reason(shared, "pinning").startswith(
+        "calls share a stream's cores: 3 sessions share 1 stream(s)")
+    assert shared.backend_options["cpu_pinning"] is False
+    assert make_plan(p, threads=1, sessions=3, pinning=True).pinning is True
 
 
 def test_busy_cpus_sample_from_proc_stat():

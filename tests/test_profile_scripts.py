@@ -44,3 +44,38 @@ def test_llm_ir_ab_runs_on_a_converted_dir(converted_dir):
     # the same IR on both sides: the same logits at every step
     assert "max |logp A - logp B| over all steps: 0.00e+00" in out
     assert "B / A decode median:" in out
+
+
+OV_PLAN = """backend = "openvino"
+streams = 1
+threads_per_stream = 1
+pinning = false
+max_sessions = 2
+queue_size = 3
+model_dir = "{model_dir}"
+version = 1
+
+[backend_options]
+num_threads = 1
+cpu_pinning = false
+overlap_stages = true
+"""
+
+
+def test_pinning_ab_runs_both_sides_on_a_converted_dir(converted_dir, tmp_path):
+    plan = tmp_path / "plan.toml"
+    plan.write_text(OV_PLAN.format(model_dir=converted_dir(TINY_A)))
+    out = _run("pinning_ab.py", "--plan", str(plan), "--runs", "1", "--tokens", "12",
+               "--clients", "2", "--sessions", "2", "--llm-batch", "2", "--client-tokens", "8",
+               "--round", "1")
+    for case in ("lone, whole", "lone, stream"):
+        assert f"| {case} | on |" in out and f"| {case} | off |" in out
+    rows = [line for line in out.splitlines() if line.startswith(("| on | ", "| off | "))]
+    assert len(rows) == 2 and all(int(r.split("|")[2]) >= 1 for r in rows)  # requests ran
+    assert out.rstrip().splitlines()[-1].startswith("whole total off / on: ")
+    # without the backend option there is nothing to compare
+    plan.write_text(OV_PLAN.format(model_dir=converted_dir(TINY_A)).replace(
+        'backend = "openvino"', 'backend = "torch"').replace("cpu_pinning = false\n", ""))
+    bad = subprocess.run([sys.executable, str(BENCH / "pinning_ab.py"), "--plan", str(plan)],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "has no cpu_pinning option" in bad.stderr

@@ -279,7 +279,12 @@ def _layout(probe: Probe, backend: str, caps: Capabilities, goal: str, budget: i
 
 
 def _pinning(probe: Probe, backend: str, caps: Capabilities, shared_host: bool,
-             override: bool | None, log: _Log) -> bool:
+             override: bool | None, log: _Log, *, overlap: bool = False, sessions: int = 1,
+             streams: int = 1) -> bool:
+    """Whether the backend pins each stream's threads to cores. Off when the process does not
+    own its cores (quota, ``--shared-host``, a busy host) and when calls run at once on a
+    stream's cores (``overlap`` lanes, more ``sessions`` than ``streams``): each call's
+    threads are then pinned to the same cores and cannot move apart when they contend."""
     if override is not None:
         return log.decide("pinning", override, "set by --pinning/--no-pinning (override)")
     if not caps.pinning:
@@ -299,6 +304,18 @@ def _pinning(probe: Probe, backend: str, caps: Capabilities, shared_host: bool,
                           f"host busy while planning (load average {probe.loadavg_1m:g}"
                           f"{now} on {n_online} CPUs): other workers appear to share these "
                           "cores; `--pinning` forces it on")
+    shared = []
+    if overlap:
+        shared.append("a request's LLM lane and flow/vocoder lane run at once (overlap_stages)")
+    if sessions > streams:
+        shared.append(f"{sessions} sessions share {streams} stream(s)")
+    if shared:
+        return log.decide("pinning", False,
+                          f"calls share a stream's cores: {' and '.join(shared)}; the threads "
+                          "of calls that run at once would be pinned to the same cores and "
+                          "could not move apart (measured on 2 cores: a streamed request "
+                          "0.85x the time unpinned, a whole one about even; docs/performance.md, "
+                          "'CPU pinning with calls at once'); `--pinning` forces it on")
     after = ""
     if probe.loadavg_1m is not None and probe.loadavg_1m > BUSY_LOAD * n_online:
         after = (f"; the load average {probe.loadavg_1m:g} is from work that has ended "
@@ -760,7 +777,6 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     cap = _int8_compute_choice(probe, be_cls, cap, log)
     budget = _thread_budget(probe, log)
     n_streams, tps = _layout(probe, be, cap, goal, budget, threads, streams, log)
-    pin = _pinning(probe, be, cap, shared_host, pinning, log)
     prec = _precision(probe, be, cap, tuned, precision, log)
     _quantized_accuracy(probe, _served_dir(probe, cap), prec, log)
 
@@ -818,8 +834,13 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
         serve_dir = log.decide("model_dir", cap.load_dir, f"{be} serves {cap.load_dir}: "
                                                           f"{cap.reason}")
 
+    overlap = _overlap_stages(be, cap, tps, log)
+    # after the sessions and lanes are known: calls that run at once on a stream's cores
+    # decide it too
+    pin = _pinning(probe, be, cap, shared_host, pinning, log, overlap=overlap,
+                   sessions=max_sessions, streams=n_streams)
     options = _backend_options(be_cls, probe, cap, goal, n_streams, tps, pin, prec, log)
-    options["overlap_stages"] = _overlap_stages(be, cap, tps, log)
+    options["overlap_stages"] = overlap
 
     from .. import __version__
     plan = Plan(
