@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import TINY_A
+from conftest import SERVE_PLAN, TINY_A
 
 pytest.importorskip("openvino")
 
@@ -46,25 +46,16 @@ def test_llm_ir_ab_runs_on_a_converted_dir(converted_dir):
     assert "B / A decode median:" in out
 
 
-OV_PLAN = """backend = "openvino"
-streams = 1
-threads_per_stream = 1
-pinning = false
-max_sessions = 2
-queue_size = 3
-model_dir = "{model_dir}"
-version = 1
-
-[backend_options]
-num_threads = 1
-cpu_pinning = false
-overlap_stages = true
-"""
+def _ov_plan(model_dir: str) -> str:
+    """The server tests' plan file, on the OpenVINO backend with its pinning option."""
+    plan = SERVE_PLAN.format(model_dir=model_dir).replace('backend = "torch"',
+                                                          'backend = "openvino"')
+    return plan + "cpu_pinning = false\noverlap_stages = true\n"
 
 
 def test_pinning_ab_runs_both_sides_on_a_converted_dir(converted_dir, tmp_path):
     plan = tmp_path / "plan.toml"
-    plan.write_text(OV_PLAN.format(model_dir=converted_dir(TINY_A)))
+    plan.write_text(_ov_plan(converted_dir(TINY_A)))
     out = _run("pinning_ab.py", "--plan", str(plan), "--runs", "1", "--tokens", "12",
                "--clients", "2", "--sessions", "2", "--llm-batch", "2", "--client-tokens", "8",
                "--round", "1")
@@ -74,8 +65,7 @@ def test_pinning_ab_runs_both_sides_on_a_converted_dir(converted_dir, tmp_path):
     assert len(rows) == 2 and all(int(r.split("|")[2]) >= 1 for r in rows)  # requests ran
     assert out.rstrip().splitlines()[-1].startswith("whole total off / on: ")
     # without the backend option there is nothing to compare
-    plan.write_text(OV_PLAN.format(model_dir=converted_dir(TINY_A)).replace(
-        'backend = "openvino"', 'backend = "torch"').replace("cpu_pinning = false\n", ""))
+    plan.write_text(SERVE_PLAN.format(model_dir=converted_dir(TINY_A)))
     bad = subprocess.run([sys.executable, str(BENCH / "pinning_ab.py"), "--plan", str(plan)],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "has no cpu_pinning option" in bad.stderr
