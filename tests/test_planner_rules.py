@@ -210,9 +210,13 @@ def test_busy_host_turns_pinning_off(tmp_path):
     p = probe_topology(str(trees.build(tmp_path, cpus={0: (0, 0), 1: (0, 1)},
                                        flags=trees.AVX2, loadavg="1.80 1.50 1.00")))
     p.backends, p.model = dict(trees.BOTH), trees.model_with_irs()
-    plan = make_plan(p)
+    plan = make_plan(p, threads=1, sessions=1)  # one call at a time: only the load decides
     assert plan.pinning is False and "host busy" in _reason(plan, "pinning")
     assert make_plan(p, pinning=True).pinning is True
+    # overlapping lanes: the reason that holds on a quiet host too comes first, the load after
+    reason = _reason(make_plan(p), "pinning")
+    assert reason.startswith("calls share a stream's cores")
+    assert "also, the host was busy while planning (load average 1.8 on 2 CPUs)" in reason
 
 
 def test_load_average_from_ended_work_keeps_pinning(tmp_path):

@@ -298,24 +298,32 @@ def _pinning(probe: Probe, backend: str, caps: Capabilities, shared_host: bool,
                           "the process does not own whole cores")
     n_online = max(1, len(probe.online_cpus))
     busy_now = probe.busy_cpus
+    # the structural reason first: it holds however loaded the host is while planning
+    shared = []
+    if overlap:
+        shared.append("a request's LLM lane and flow/vocoder lane run at once (overlap_stages)")
+    if sessions > streams:
+        shared.append(f"{sessions} sessions share {streams} stream(s) (their flow/vocoder hops "
+                      "run at once)")
+    shared_reason = (
+        f"calls share a stream's cores: {' and '.join(shared)}; the threads of calls that run "
+        "at once would be pinned to the same cores and could not move apart (AMD Zen 4, 2 "
+        "cores: unpinned, a streamed request took 0.77-0.87x the time it took pinned, a whole "
+        "one about the same; docs/performance.md, 'CPU pinning with calls at once')"
+        if shared else "")
+    if shared_reason:
+        busy = ""
+        if host_busy(probe):
+            busy = (f"; also, the host was busy while planning (load average "
+                    f"{probe.loadavg_1m:g} on {n_online} CPUs)")
+        return log.decide("pinning", False,
+                          f"{shared_reason}{busy}; `--pinning` forces it on")
     if host_busy(probe):
         now = "" if busy_now is None else f", {busy_now:g} busy now"
         return log.decide("pinning", False,
                           f"host busy while planning (load average {probe.loadavg_1m:g}"
                           f"{now} on {n_online} CPUs): other workers appear to share these "
                           "cores; `--pinning` forces it on")
-    shared = []
-    if overlap:
-        shared.append("a request's LLM lane and flow/vocoder lane run at once (overlap_stages)")
-    if sessions > streams:
-        shared.append(f"{sessions} sessions share {streams} stream(s)")
-    if shared:
-        return log.decide("pinning", False,
-                          f"calls share a stream's cores: {' and '.join(shared)}; the threads "
-                          "of calls that run at once would be pinned to the same cores and "
-                          "could not move apart (measured on 2 cores: a streamed request "
-                          "0.85x the time unpinned, a whole one about even; docs/performance.md, "
-                          "'CPU pinning with calls at once'); `--pinning` forces it on")
     after = ""
     if probe.loadavg_1m is not None and probe.loadavg_1m > BUSY_LOAD * n_online:
         after = (f"; the load average {probe.loadavg_1m:g} is from work that has ended "
