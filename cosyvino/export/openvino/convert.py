@@ -127,13 +127,17 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
     def write_stages(m: TorchModel, table: GraphTable, tmp: str, files: dict, say: Progress,
                      start: float) -> None:
         for name, spec in table.items():
+            stage_start = time.perf_counter()
             model = convert_llm(m) if name == LLM_GRAPH else convert_graph(m, spec)
             _save_ir(model, tmp, spec.stem, name, weights)
             del model
             for ext in (".xml", ".bin"):
                 files[spec.stem + ext] = file_record(os.path.join(tmp, spec.stem + ext),
                                                      stage=name, precision=weights)
-            say(f"converted {name} ({time.perf_counter() - start:.0f} s)")
+            # the stage's own time, then the running total (a trial read the total alone as
+            # the stage's)
+            now = time.perf_counter()
+            say(f"converted {name} in {now - stage_start:.0f} s ({now - start:.0f} s in all)")
 
     header = {
         "format": FORMAT,
