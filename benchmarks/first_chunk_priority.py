@@ -1,18 +1,21 @@
-"""First-chunk priority under concurrency: the scheduler's two orders side by side
+"""First-chunk priority and hold under concurrency: the scheduler's orders side by side
 in one process, on one loaded model.
 
 ``clients`` closed-loop clients each stream one request after another (the load test's text mix
 and seeds, ``latency`` hop schedule; client ``c``'s requests are ``tokens x (1 + c x spread)``
 speech tokens long, so the clients drift apart and requests arrive while others stream) through :meth:`cosyvino.Synthesizer.submit`, with the
 plan's backend options and ``--llm-batch`` / ``--sessions``. Rounds alternate first come, first
-served (``fifo``) and first-chunk priority (``priority``, the default order) by flipping
-:attr:`cosyvino.engine.Scheduler.first_chunk_priority` between rounds; a round's requests are
-those that started in it. A lone request (median of 3, before the rounds) is the baseline.
-Printed: per order, aggregate audio seconds per wall second, first-chunk p50/p95, p95 over lone,
-latency p50/p95; the last line is the priority/fifo ratio of p95 first chunk.
+served (``fifo``), first-chunk priority (``priority``) and priority with the first-chunk hold
+(``hold``: streaming requests' steps wait while a new request makes its first chunk) by
+flipping :attr:`cosyvino.engine.Scheduler.first_chunk_priority` and ``first_chunk_hold``
+between rounds; a round's requests are those that started in it. A lone request (median of 3,
+before the rounds) is the baseline. Printed: per order, aggregate audio seconds per wall
+second, first-chunk p50/p95, p95 over lone, latency p50/p95; the last lines give each order's
+p95 first chunk and throughput over the first order's.
 
-    python benchmarks/first_chunk_priority.py --plan plan.toml [--clients 4] [--llm-batch 4]
-        [--sessions 4] [--round 45] [--rounds 2] [--tokens 100] [--spread 0.5]
+    python benchmarks/first_chunk_priority.py --plan plan.toml [--orders fifo,priority,hold]
+        [--clients 4] [--llm-batch 4] [--sessions 4] [--round 45] [--rounds 2] [--tokens 100]
+        [--spread 0.5]
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ def run_round(tts, clients: int, seconds: float, tokens: int | None, spread: flo
     return {"rows": rows, "wall": wall}
 
 
+#: order -> (first_chunk_priority, first_chunk_hold)
+ORDERS = {"fifo": (False, False), "priority": (True, False), "hold": (True, True)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--plan", required=True, help="plan file (cosyvino plan)")
@@ -86,7 +93,12 @@ def main(argv=None) -> int:
     ap.add_argument("--spread", type=float, default=0.5,
                     help="client c's requests are tokens x (1 + c x spread) long (0 = equal: "
                          "closed-loop clients then start their requests in step)")
+    ap.add_argument("--orders", default="fifo,priority,hold",
+                    help="orders to alternate, comma-separated: fifo, priority, hold")
     args = ap.parse_args(argv)
+    orders = [o.strip() for o in args.orders.split(",") if o.strip()]
+    if not orders or set(orders) - set(ORDERS) or len(set(orders)) != len(orders):
+        ap.error(f"--orders: distinct names among {', '.join(ORDERS)}")
 
     from cosyvino import Synthesizer
     from cosyvino.bench_extras import cpu_summary
@@ -101,36 +113,43 @@ def main(argv=None) -> int:
     lone = [one_request(tts, 0, 1 + i, tokens) for i in range(3)]
     lone_first = statistics.median(r["first"] for r in lone)
     scheduler = tts._scheduler
-    results = {"fifo": {"rows": [], "wall": 0.0}, "priority": {"rows": [], "wall": 0.0}}
-    for i in range(2 * args.rounds):
-        order = ("fifo", "priority")[i % 2]
-        scheduler.first_chunk_priority = order == "priority"
+    results = {o: {"rows": [], "wall": 0.0} for o in orders}
+    for i in range(len(orders) * args.rounds):
+        order = orders[i % len(orders)]
+        scheduler.first_chunk_priority, scheduler.first_chunk_hold = ORDERS[order]
         r = run_round(tts, args.clients, args.round, tokens, args.spread, counter)
         results[order]["rows"] += r["rows"]
         results[order]["wall"] += r["wall"]
         print(f"round {i + 1}: {order}, {len(r['rows'])} requests in {r['wall']:.1f} s",
               file=sys.stderr)
+    holds = scheduler.hold_stats
     tts.close()
 
     print(f"# CPU: {cpu_summary()}; plan {args.plan}: {plan.backend}, "
           f"{plan.backend_options.get('num_threads')} threads; {args.clients} clients, "
           f"LLM batch {args.llm_batch}, {args.sessions} sessions, {tokens or 'EOS'} tokens "
           f"per request x (1 + client x {args.spread}), {args.rounds} x {args.round:.0f} s per order (alternating)")
-    print(f"# lone first chunk (median of 3): {lone_first:.3f} s\n")
+    print(f"# lone first chunk (median of 3): {lone_first:.3f} s; held steps: "
+          f"{holds['holds']} waits, {holds['held_seconds']:.1f} s in all\n")
     print("| order | requests | audio s / wall s | first chunk p50 (s) | first chunk p95 (s) "
           "| p95 / lone | latency p50 (s) | latency p95 (s) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    p95 = {}
+    p95, rate = {}, {}
     for order, r in results.items():
         rows = r["rows"]
         first = [x["first"] for x in rows if x["first"] is not None]
         lat = [x["latency"] for x in rows]
         audio = sum(x["audio"] for x in rows)
         p95[order] = pct(first, 0.95)
+        rate[order] = audio / r["wall"]
         print(f"| {order} | {len(rows)} | {audio / r['wall']:.3f} | {pct(first, 0.5):.2f} | "
               f"{p95[order]:.2f} | {p95[order] / lone_first:.1f}x | {pct(lat, 0.5):.2f} | "
               f"{pct(lat, 0.95):.2f} |")
-    print(f"\np95 first chunk priority / fifo: {p95['priority'] / p95['fifo']:.2f}x")
+    base = orders[0]
+    print()
+    for order in orders[1:]:
+        print(f"{order} / {base}: p95 first chunk {p95[order] / p95[base]:.2f}x, "
+              f"audio s per wall s {rate[order] / rate[base]:.2f}x")
     return 0
 
 

@@ -241,7 +241,8 @@ def test_first_chunk_priority_serves_a_new_request_before_a_streaming_one(tts, p
                 done.set()
         return callback
 
-    sched = Scheduler([tts.engine], lane_workers=0, first_chunk_priority=priority)
+    sched = Scheduler([tts.engine], lane_workers=0, first_chunk_priority=priority,
+                      first_chunk_hold=False)
     try:
         sched.submit(SynthesisRequest(TEXT, tts.speakers[0], seed=1,
                                       streaming=StreamingOptions("latency")), callback=on("A"))
@@ -257,6 +258,101 @@ def test_first_chunk_priority_serves_a_new_request_before_a_streaming_one(tts, p
     np.testing.assert_array_equal(np.concatenate(out["B"]),
                                   tts.synthesize(b_request).samples)
     assert len(out["A"]) > 3
+
+
+class _CountingEngine:
+    """An engine that records which request each finished step belonged to."""
+
+    def __init__(self, engine):
+        self._engine, self.ended = engine, []
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def step(self, state, lane=None, **kw):
+        out = self._engine.step(state, lane, **kw)
+        self.ended.append(state.request.seed)
+        return out
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_first_chunk_hold_stops_streaming_steps_while_a_new_request_starts(tts, hold):
+    """Two workers, so A (streaming, seed 1) and B (new, seed 2) step at once. B arrives when A
+    has delivered its first chunk. With the first-chunk hold A's steps wait while B makes its
+    chunk: at most the step A was in when B arrived ends first. Without it A keeps stepping
+    beside B. The audio of both is the same either way."""
+    events, out, done = [], {"A": [], "B": []}, threading.Event()
+    b_request = SynthesisRequest("你好，世界。", tts.speakers[1], seed=2, num_speech_tokens=80,
+                                 streaming=StreamingOptions("segment"))
+    a_request = SynthesisRequest(TEXT, tts.speakers[0], seed=1,
+                                 streaming=StreamingOptions("latency"))
+    engine = _CountingEngine(tts.engine)
+    marks = {}
+
+    def on(name):
+        def callback(kind, value):
+            events.append((name, kind))
+            if kind == "chunk":
+                out[name].append(value.samples)
+                if name == "A" and len(out["A"]) == 1:
+                    marks["b_submitted"] = len(engine.ended)
+                    sched.submit(b_request, callback=on("B"))
+                if name == "B":
+                    marks["b_chunk"] = len(engine.ended)
+            elif sum(k != "chunk" for _, k in events) == 2:
+                done.set()
+        return callback
+
+    sched = Scheduler([engine, engine], lane_workers=0, first_chunk_hold=hold, max_hold_s=60.0)
+    try:
+        sched.submit(a_request, callback=on("A"))
+        assert done.wait(300)
+        stats = sched.hold_stats
+    finally:
+        sched.close()
+    assert ("A", "error") not in events and ("B", "error") not in events
+    a_steps_beside_b = engine.ended[marks["b_submitted"]:marks["b_chunk"]].count(1)
+    b_steps = engine.ended[marks["b_submitted"]:marks["b_chunk"]].count(2)
+    assert b_steps > 80  # prefill, 80 decode steps, flow, vocoder (the chunk's step ends after)
+    if hold:
+        assert a_steps_beside_b <= 1
+        assert stats["held_now"] == 0
+    else:
+        assert a_steps_beside_b > 10
+        assert stats == {"holds": 0, "held_seconds": 0.0, "held_now": 0}
+    np.testing.assert_array_equal(np.concatenate(out["B"]), tts.synthesize(b_request).samples)
+    np.testing.assert_array_equal(np.concatenate(out["A"]),
+                                  np.concatenate([c.samples for c in tts.stream(a_request)]))
+
+
+def test_a_held_step_reaches_its_cancellation(tts):
+    """A step held for a new request still stops when its request is cancelled (the hold
+    looks at the cancel event while it waits)."""
+    from cosyvino.engine.scheduler import _StepHold
+
+    sched = Scheduler([tts.engine], lane_workers=0, first_chunk_hold=True, max_hold_s=60.0)
+    try:
+        holder = sched.submit(SynthesisRequest("你好，世界。", tts.speakers[1], seed=2,
+                                               num_speech_tokens=400,
+                                               streaming=StreamingOptions("segment")))
+        state = tts.engine.start(SynthesisRequest("你好。", tts.speakers[0], seed=1))
+        held = type(holder)(state)
+        held.chunks = 1
+        group = next(iter(sched._groups.values()))
+        hold = _StepHold(sched, group, held)
+        assert hold.needed()  # the holder has a step running or queued
+        threading.Timer(0.2, held.cancel).start()
+        with pytest.raises(SynthesisCancelled):
+            tts.engine.step(state, hold=hold)
+        holder.cancel()
+    finally:
+        sched.close()
+    assert sched.hold_stats["holds"] == 1
+
+
+def test_scheduler_rejects_a_bad_hold_time(tts):
+    with pytest.raises(ValueError, match="max_hold_s"):
+        Scheduler([tts.engine], max_hold_s=0)
 
 
 # ---- cancellation ----------------------------------------------------------------------------

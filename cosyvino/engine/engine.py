@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from ..audio import Audio
 from ..errors import SynthesisCancelled
 from ..request import SynthesisRequest
 from ..voices import Voice, builtin_voices
 from .draws import RandomDraws
-from .program import Phase, Program
+from .program import Phase, Program, pausing
+
+
+class Hold(Protocol):
+    """What :meth:`Engine.step` asks of a scheduler that may hold a step (first-chunk hold,
+    :mod:`.scheduler`): ``needed()`` says, cheaply, whether the step should wait now;
+    ``wait()`` blocks until it need not (or the hold's own time limit passes)."""
+
+    def needed(self) -> bool: ...
+
+    def wait(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -131,25 +141,34 @@ class Engine:
     def speech_vocab(self) -> int | None:
         return self.family.speech_vocab(self.stages.config)
 
-    def step(self, state: RequestState, lane: str | None = None) -> list[Audio]:
+    def step(self, state: RequestState, lane: str | None = None,
+             hold: Hold | None = None) -> list[Audio]:
         """One step of ``state``'s program in ``lane`` (None: its most urgent ready lane). On
         completion the program is closed; on cancellation or error too when ``lane`` is None
         (a caller stepping named lanes from several threads closes it once all are out).
 
+        ``hold`` (from a scheduler): the step waits while ``hold.needed()``, before it starts
+        and between its stage calls (:meth:`Program.check_cancelled`), without its lock, so
+        a held step keeps no slot from the steps it waits for.
+
         Raises:
             SynthesisCancelled: ``state.cancel`` was set before or during the step.
         """
+        if hold is not None and not state.cancel.is_set() and hold.needed():
+            hold.wait()
         if state.cancel.is_set():
             if lane is None:
                 state.program.close()
             raise SynthesisCancelled("synthesis cancelled")
         lock = self.lock if lane is None else self.lane_locks.get(lane, self.lock)
+        pause = None if hold is None else _pause_without(lock, hold)
         try:
-            if lock is None:
-                out = state.program.step(lane)
-            else:
-                with lock:
+            with pausing(pause):
+                if lock is None:
                     out = state.program.step(lane)
+                else:
+                    with lock:
+                        out = state.program.step(lane)
         except BaseException:
             if lane is None:
                 state.program.close()
@@ -166,3 +185,20 @@ class Engine:
                 yield from self.step(state)
         finally:
             state.program.close()
+
+
+def _pause_without(lock, hold: Hold) -> Callable[[], None]:
+    """The pause of a step that holds ``lock`` (or None): waits out ``hold`` with the lock
+    released, then takes it again."""
+    def pause() -> None:
+        if not hold.needed():
+            return
+        if lock is None:
+            hold.wait()
+            return
+        lock.release()
+        try:
+            hold.wait()
+        finally:
+            lock.acquire()
+    return pause

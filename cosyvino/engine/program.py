@@ -8,16 +8,40 @@ the engine and the scheduler only call ``step`` / ``close`` and look at ``phase`
 A program may have several *lanes* (CosyVoice v1: ``llm`` making speech tokens and ``audio``
 turning due hops into chunks): the scheduler runs at most one step per lane of a request at a
 time, and may run different lanes of one request at the same time.
+
+Between the stage calls of a long step, a program calls :meth:`Program.check_cancelled`: it
+raises when the request was cancelled and, when the step runs under a scheduler that holds it
+(first-chunk hold, :mod:`cosyvino.engine.scheduler`), waits there until the hold ends. The
+pause belongs to the thread running the step (:func:`pausing`), so the two lanes of one
+request, stepped from two threads, are held independently.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
 import threading
+from typing import Callable, Iterator
 
 from ..audio import Audio
 from ..errors import SynthesisCancelled
+
+
+_step_context = threading.local()
+
+
+@contextlib.contextmanager
+def pausing(pause: Callable[[], None] | None) -> Iterator[None]:
+    """Within the block, :meth:`Program.check_cancelled` calls ``pause()`` (in this thread
+    only) after its cancellation check: the engine installs the scheduler's hold here for the
+    length of one step. Nested blocks restore the outer pause."""
+    outer = getattr(_step_context, "pause", None)
+    _step_context.pause = pause
+    try:
+        yield
+    finally:
+        _step_context.pause = outer
 
 
 class Phase(enum.Enum):
@@ -68,9 +92,16 @@ class Program(abc.ABC):
     def check_cancelled(self) -> None:
         """Raise :class:`SynthesisCancelled` when the request was cancelled; long steps call
         it between their stage calls (e.g. before every estimator call), so cancellation
-        reaches every stage within one stage call."""
+        reaches every stage within one stage call. It is also where a held step waits (the
+        pause the engine installed for this thread, :func:`pausing`); the cancellation is
+        checked again after a wait."""
         if self.cancel is not None and self.cancel.is_set():
             raise SynthesisCancelled("synthesis cancelled")
+        pause = getattr(_step_context, "pause", None)
+        if pause is not None:
+            pause()
+            if self.cancel is not None and self.cancel.is_set():
+                raise SynthesisCancelled("synthesis cancelled")
 
     def close(self) -> None:
         """Release per-request resources (the LLM session). Idempotent; called on completion,

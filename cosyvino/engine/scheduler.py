@@ -12,8 +12,8 @@ With ``llm_batch=N`` (N >= 2, capped at the stages' ``max_llm_batch``) the LLM d
 an engine's concurrent requests run as one batch (:class:`~.batching.DecodeBatch`): a request
 whose decode step is ready joins when another request of the engine decodes too (a lone
 request keeps its own session steps), stays a row until its segment's decoding ends, and the
-batch is one queued item stepped by one worker at a time; the other lanes (v1 audio) keep
-running on the other workers.
+batch is one queued item stepped by one worker at a time; the other lanes (v1 audio: the hops
+a row's tokens made due, queued after every batch step) keep running on the other workers.
 
 First-chunk priority (``first_chunk_priority=True``, the default): a free worker takes the
 oldest queued step of a request that has not delivered its first chunk yet (the decode batch
@@ -21,6 +21,18 @@ counts as such while one of its rows has not), and only then the oldest step of 
 request that already streams has audio buffered at its client; one that has not is silent, so
 its time to first audio is what a busy server should protect. Order within each class stays
 first come, first served; no step changes, so every request's audio is the same either way.
+
+First-chunk hold (``first_chunk_hold=True``, the default): priority only orders the queue, and with several
+sessions the steps of streaming requests already running share the cores with a new request's
+first hop. With the hold, while a *holder* (a request that has not delivered its first chunk,
+submitted less than ``max_hold_s`` ago) has a step running or queued, the steps of requests
+that already stream neither start (workers leave them queued) nor go on: a running one waits
+at its next stage call (:meth:`cosyvino.engine.Program.check_cancelled`, e.g. before every
+estimator call) without its lane's lock. A held step keeps its thread, so each engine has as
+many spare threads as workers, which step only while held steps leave fewer than ``workers``
+steps active. So a new request has the cores to itself, less at most one stage call of each
+step that was running, for at most ``max_hold_s`` after it arrived; then everyone shares
+again. Waiting changes no step, so the audio stays the same.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import collections
 import logging
 import queue
 import threading
+import time
 from typing import Callable, Sequence
 
 from ..request import SynthesisRequest
@@ -39,6 +52,16 @@ log = logging.getLogger("cosyvino.engine")
 
 #: event kinds a handle's callback receives
 CHUNK, DONE, ERROR = "chunk", "done", "error"
+
+#: default time after its submission during which a request waiting for its first chunk holds
+#: the steps of streaming requests (s): a lone first chunk takes 0.4-0.6 s on 2 cores
+#: (docs/performance.md, "First-chunk hold"), so this covers it with room, and bounds what
+#: one arrival can take from the requests that already play
+DEFAULT_MAX_HOLD_S = 2.0
+
+#: longest single wait of a held step (s) before it looks again at its cancel event and at the
+#: clock (a finished step of the holder wakes it sooner)
+_HOLD_POLL_S = 0.05
 
 
 class RequestHandle:
@@ -60,6 +83,7 @@ class RequestHandle:
         self._finished = False
         self._error: tuple | None = None  # the first lane's failure (scheduler bookkeeping)
         self.chunks = 0  # chunks delivered so far (first-chunk priority reads it)
+        self.submitted = time.monotonic()  # the first-chunk hold's clock
 
     def cancel(self) -> None:
         """Stop the request before its next step (its LLM session is released by the worker)."""
@@ -117,6 +141,42 @@ class _Group:
         self.joining: list = []  # handles waiting to join the batch at its next step
         self.batch_item = _BatchItem()
         self.batch_queued = False  # the batch item is queued or being stepped
+        self.workers = 0  # worker threads of this engine
+        self.stepping = 0  # workers inside a step (held ones too)
+        self.held = 0  # steps waiting out a first-chunk hold now
+        self.holds = 0  # waits of held steps so far
+        self.held_seconds = 0.0  # their total time
+
+
+class _StepHold:
+    """The first-chunk hold of one step of a streaming request (:class:`Engine.step`'s
+    ``hold``)."""
+
+    def __init__(self, scheduler: "Scheduler", group: _Group, handle: RequestHandle):
+        self.scheduler, self.group, self.handle = scheduler, group, handle
+
+    def needed(self) -> bool:
+        s = self.scheduler
+        if not s.first_chunk_hold or s._closed:
+            return False
+        with s._cond:
+            return s._holder_busy(self.group, self.handle)
+
+    def wait(self) -> None:
+        s, group = self.scheduler, self.group
+        cancel = self.handle.state.cancel
+        with s._cond:
+            start = time.monotonic()
+            group.held += 1
+            s._cond.notify_all()  # a spare thread may take this step's place
+            try:
+                while (s.first_chunk_hold and not s._closed and not cancel.is_set()
+                       and s._holder_busy(group, self.handle)):
+                    s._cond.wait(_HOLD_POLL_S)
+            finally:
+                group.held -= 1
+                group.holds += 1
+                group.held_seconds += time.monotonic() - start
 
 
 class Scheduler:
@@ -137,24 +197,35 @@ class Scheduler:
         first_chunk_priority: steps of requests that have not delivered a chunk yet go first
             (module docstring); False = strictly first come, first served. Also an attribute
             that may be changed while requests run (the next pick reads it).
+        first_chunk_hold: steps of streaming requests wait while a new request's first chunk
+            is being made (module docstring); False = they share the cores with it. Also an
+            attribute that may be changed while requests run.
+        max_hold_s: seconds after its submission during which a request waiting for its
+            first chunk holds the others (> 0).
 
     Raises:
-        ValueError: no engines, or ``llm_batch`` is not a positive integer.
+        ValueError: no engines, ``llm_batch`` is not a positive integer, or ``max_hold_s``
+            is not positive.
     """
 
     def __init__(self, engines: Sequence[Engine], *, name: str = "cosyvino-engine",
                  lane_workers: int | None = None, llm_batch: int = 1,
-                 first_chunk_priority: bool = True):
+                 first_chunk_priority: bool = True, first_chunk_hold: bool = True,
+                 max_hold_s: float = DEFAULT_MAX_HOLD_S):
         if not engines:
             raise ValueError("a scheduler needs at least one engine")
         if isinstance(llm_batch, bool) or not isinstance(llm_batch, int) or llm_batch < 1:
             raise ValueError(f"llm_batch must be a positive integer, got {llm_batch!r}")
+        if not max_hold_s > 0:
+            raise ValueError(f"max_hold_s must be positive, got {max_hold_s!r}")
         self._cond = threading.Condition()
         self._groups: dict[int, _Group] = {}
         for e in engines:
             self._groups.setdefault(id(e), _Group(e, llm_batch))
         self._closed = False
         self.first_chunk_priority = bool(first_chunk_priority)
+        self.first_chunk_hold = bool(first_chunk_hold)
+        self.max_hold_s = float(max_hold_s)
         self._threads = []
         workers = list(engines)
         for g in self._groups.values():
@@ -162,9 +233,15 @@ class Scheduler:
             if extra is None:
                 extra = max(0, len(g.engine.lane_locks) - 1)
             workers += [g.engine] * extra
-        for i, e in enumerate(workers):
+        for e in workers:
+            self._groups[id(e)].workers += 1
+        # Spare threads: a held step keeps its thread, so each group has as many again, which
+        # take items only while held steps leave its active steps below ``workers`` (without
+        # holds they never run a step).
+        for i, e in enumerate(workers + workers):
             t = threading.Thread(target=self._work, args=(self._groups[id(e)],),
-                                 name=f"{name}-{i}", daemon=True)
+                                 name=f"{name}-{i}" if i < len(workers)
+                                 else f"{name}-spare-{i - len(workers)}", daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -185,6 +262,16 @@ class Scheduler:
         occupancy), None when that engine does not batch."""
         with self._cond:
             return [None if g.batch is None else g.batch.stats() for g in self._groups.values()]
+
+    @property
+    def hold_stats(self) -> dict:
+        """First-chunk hold so far, all engines: ``holds`` (waits of held steps),
+        ``held_seconds`` (their total, s), ``held_now`` (steps waiting now)."""
+        with self._cond:
+            groups = self._groups.values()
+            return {"holds": sum(g.holds for g in groups),
+                    "held_seconds": sum(g.held_seconds for g in groups),
+                    "held_now": sum(g.held for g in groups)}
 
     def submit(self, request: SynthesisRequest, *, cancel: threading.Event | None = None,
                callback: Callable | None = None) -> RequestHandle:
@@ -224,11 +311,19 @@ class Scheduler:
     def _work(self, group: _Group) -> None:
         while True:
             with self._cond:
-                while not group.ready and not self._closed:
-                    self._cond.wait()
-                if self._closed and not group.ready:
-                    return
-                handle, lane = self._next_ready(group)
+                while True:
+                    if self._closed and not group.ready:
+                        return
+                    picked = None
+                    if group.ready and group.stepping - group.held < group.workers:
+                        picked = self._next_ready(group)
+                    if picked is not None:
+                        break
+                    # an item held back for a first chunk becomes pickable when the hold
+                    # ends, possibly by the clock alone: look again after a while
+                    self._cond.wait(_HOLD_POLL_S if group.ready else None)
+                handle, lane = picked
+                group.stepping += 1
                 if handle is group.batch_item:
                     joiners = group.joining[:max(0, group.batch.cap - len(group.batch))]
                     del group.joining[:len(joiners)]
@@ -240,33 +335,62 @@ class Scheduler:
                 if handle is not group.batch_item:
                     if handle not in group.running:  # finished (failed) while this was queued
                         group.busy.discard((handle, lane))
+                        group.stepping -= 1
                         continue
                     group.running[handle].add(lane)
                     if self._joins_batch(group, handle, lane):
                         # stays busy in this lane until it leaves the batch
                         group.joining.append(handle)
                         self._queue_batch(group, lane)
+                        group.stepping -= 1
                         continue
             if handle is group.batch_item:
                 self._batch_step(group, lane, joiners)
                 continue
-            final = self._step(group.engine, handle, lane)
+            hold = _StepHold(self, group, handle) if handle.chunks else None
+            final = self._step(group.engine, handle, lane, hold)
             with self._cond:
+                group.stepping -= 1
                 final = self._after_step(group, handle, lane, final)
+                if self.first_chunk_hold or group.held:
+                    self._cond.notify_all()  # held steps and held-back items look again
             if final is not None:
                 self._finish(handle, final)
 
-    def _next_ready(self, group: _Group) -> tuple:
+    def _next_ready(self, group: _Group) -> tuple | None:
         """Take the next ``(handle, lane)`` from ``group.ready`` (condition held, queue not
         empty): the oldest entry still waiting for its first chunk under first-chunk priority
-        (see the module docstring), else the oldest entry."""
-        if self.first_chunk_priority:
+        (see the module docstring), else the oldest entry. While a first-chunk hold is on,
+        only entries with a request still waiting for its first chunk are taken (the others
+        would be held as soon as they start): None when there is none."""
+        holding = self.first_chunk_hold and not self._closed and self._holder_busy(group)
+        if self.first_chunk_priority or holding:
             for i, (h, lane) in enumerate(group.ready):
-                rows = (group.batch.handles + group.joining) if h is group.batch_item else (h,)
-                if any(r.chunks == 0 for r in rows):
+                if any(r.chunks == 0 for r in self._requests_of(group, h)):
                     del group.ready[i]
                     return h, lane
+            if holding:
+                return None
         return group.ready.popleft()
+
+    @staticmethod
+    def _requests_of(group: _Group, item) -> list:
+        """The requests a ready item steps: the decode batch's rows and joiners, or itself."""
+        return (group.batch.handles + group.joining) if item is group.batch_item else [item]
+
+    def _holder_busy(self, group: _Group, held: RequestHandle | None = None) -> bool:
+        """Whether a request other than ``held`` that waits for its first chunk, submitted
+        less than ``max_hold_s`` ago and not cancelled (a holder), has a step running (a
+        decode-batch row counts) or queued (condition held)."""
+        since = time.monotonic() - self.max_hold_s
+
+        def holder(h) -> bool:
+            return (h is not held and not h.chunks and h.submitted > since
+                    and not h.state.cancel.is_set())
+
+        if any(lanes and holder(h) for h, lanes in group.running.items()):
+            return True
+        return any(holder(r) for item, _ in group.ready for r in self._requests_of(group, item))
 
     def _joins_batch(self, group: _Group, handle: RequestHandle, lane: str) -> bool:
         """Whether ``handle``'s ``lane`` step goes into the group's decode batch: batching is
@@ -292,7 +416,8 @@ class Scheduler:
 
     def _batch_step(self, group: _Group, lane: str, joiners: list) -> None:
         """Run one step of the group's decode batch (this worker only) and do the bookkeeping
-        of the requests that left it."""
+        of the requests that left it; queue the other lanes the step made ready for the rows
+        that stay (a streamed row's due hops run while it decodes on)."""
         try:
             left = group.batch.step(joiners, lane)
         except BaseException as e:  # not expected (the batch reports per row): fail them all
@@ -303,7 +428,11 @@ class Scheduler:
                 final = self._after_step(group, h, lane, final)
                 if final is not None:
                     finished.append((h, final))
+            for h in group.batch.handles:
+                if h._error is None and h in group.running:
+                    self._queue_ready(group, h)  # its llm lane stays busy as a row
             group.batch_queued = False
+            group.stepping -= 1
             if len(group.batch) or group.joining:
                 self._queue_batch(group, lane)
             self._cond.notify_all()
@@ -346,11 +475,13 @@ class Scheduler:
         handle._emit(*final)
 
     @staticmethod
-    def _step(engine: Engine, handle: RequestHandle, lane: str) -> tuple | None:
-        """One step of ``handle``'s request in ``lane``; its final event when it has finished
-        (done, failed, cancelled), else None."""
+    def _step(engine: Engine, handle: RequestHandle, lane: str,
+              hold: _StepHold | None = None) -> tuple | None:
+        """One step of ``handle``'s request in ``lane`` (waiting out ``hold``); its final
+        event when it has finished (done, failed, cancelled), else None."""
         try:
-            chunks = engine.step(handle.state, lane)
+            chunks = engine.step(handle.state, lane, hold=hold) if hold else \
+                engine.step(handle.state, lane)
         except BaseException as e:  # delivered to the submitter, who decides how to report it
             return (ERROR, e)
         for chunk in chunks:

@@ -291,6 +291,7 @@ class CosyVoice1Program(Program):
             phase, noise = self.draws.nsf(segment, h.nb_harmonics + 1,
                                           h.hop_length * mel.shape[-1], start=start)
             source = self.stages.vocoder_source(f0, phase, noise)
+            self.check_cancelled()  # between stage calls: a cancel or a first-chunk hold
             if self.schedule == "segment":
                 wav = self.pipeline.mel_to_wav(mel, source=source,
                                                before_window=self.check_cancelled)
