@@ -83,6 +83,10 @@ class Synthesizer:
         overlap_stages: on thread-safe stages, run a request's lanes at the same time (v1:
             the LLM decodes the next tokens while the flow/vocoder turn the due hop into
             audio; one extra worker thread). False runs them one after the other (same audio).
+        first_chunk_hold: while a :meth:`submit` request makes its first chunk, the steps of
+            requests that already stream wait (:class:`cosyvino.engine.Scheduler`
+            ``first_chunk_hold``; same audio either way). True (default): time to first audio
+            under load; False: they share the cores with it.
         llm_batch: most LLM decode steps of concurrent :meth:`submit` requests one backend call
             runs (continuous batching; capped at the stages' ``max_llm_batch``). 1 (default) = off: each
             request decodes in its own session. A request's tokens and audio are the same for
@@ -121,6 +125,7 @@ class Synthesizer:
     def __init__(self, model_dir: str | None = None, backend: str = "torch", *,
                  num_threads: int | None = None, max_parallel: int = 1,
                  overlap_stages: bool = True, llm_batch: int = 1, estimator_batch: int = 1,
+                 first_chunk_hold: bool = True,
                  voices_dir: str | os.PathLike | bool | None = None,
                  prompt_backend: str | None = None, modes: Sequence[str] | None = None,
                  prompt_encoder=None, **backend_options):
@@ -139,18 +144,18 @@ class Synthesizer:
         self._attach(stages, max_parallel, overlap_stages, llm_batch=llm_batch,
                      estimator_batch=estimator_batch, voices_dir=voices_dir,
                      prompt_backend=prompt_backend, modes=modes, num_threads=num_threads,
-                     prompt_encoder=prompt_encoder)
+                     prompt_encoder=prompt_encoder, first_chunk_hold=first_chunk_hold)
 
     @classmethod
     def from_stages(cls, stages, *, backend_name: str = "custom", model_dir: str | None = None,
                     max_parallel: int = 1, voices_dir: str | os.PathLike | bool | None = None,
                     prompt_backend: str | None = None, modes: Sequence[str] | None = None,
                     prompt_encoder=None, llm_batch: int = 1,
-                    estimator_batch: int = 1) -> "Synthesizer":
+                    estimator_batch: int = 1, first_chunk_hold: bool = True) -> "Synthesizer":
         """A Synthesizer around already loaded ``stages`` (a family's
         :class:`cosyvino.backends.Stages` subclass), e.g. a wrapper that records or times
         stage calls; ``voices_dir`` / ``prompt_backend`` / ``modes`` / ``prompt_encoder`` /
-        ``llm_batch`` / ``estimator_batch`` as in the constructor
+        ``llm_batch`` / ``estimator_batch`` / ``first_chunk_hold`` as in the constructor
         (without ``model_dir``: voices in memory, no prompt models unless the family finds
         some). Raises as :meth:`set_max_parallel`."""
         self = cls.__new__(cls)
@@ -159,17 +164,20 @@ class Synthesizer:
         self.load_seconds = 0.0
         self._attach(stages, max_parallel, llm_batch=llm_batch,
                      estimator_batch=estimator_batch, voices_dir=voices_dir,
-                     prompt_backend=prompt_backend, modes=modes, prompt_encoder=prompt_encoder)
+                     prompt_backend=prompt_backend, modes=modes, prompt_encoder=prompt_encoder,
+                     first_chunk_hold=first_chunk_hold)
         return self
 
     def _attach(self, stages, max_parallel: int, overlap_stages: bool = True, *,
                 llm_batch: int = 1, estimator_batch: int = 1, voices_dir=None,
                 prompt_backend: str | None = None, modes: Sequence[str] | None = None,
-                num_threads: int | None = None, prompt_encoder=None) -> None:
+                num_threads: int | None = None, prompt_encoder=None,
+                first_chunk_hold: bool = True) -> None:
         _check_llm_batch(llm_batch)
         _check_llm_batch(estimator_batch, "estimator_batch")
         self.stages = stages
         self.overlap_stages = bool(overlap_stages)
+        self.first_chunk_hold = bool(first_chunk_hold)
         self.llm_batch = llm_batch
         self.estimator_batch = estimator_batch
         self.config = stages.config
@@ -494,7 +502,8 @@ class Synthesizer:
             if self._scheduler is None:
                 self._scheduler = Scheduler([self.engine] * self.max_parallel,
                                             lane_workers=None if self.overlap_stages else 0,
-                                            llm_batch=self.llm_batch)
+                                            llm_batch=self.llm_batch,
+                                            first_chunk_hold=self.first_chunk_hold)
             scheduler = self._scheduler
         return scheduler.submit(request, cancel=cancel, callback=callback)
 

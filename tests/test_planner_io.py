@@ -160,7 +160,8 @@ def test_synthesizer_auto_uses_plan(tiny_model_dir, tmp_path, monkeypatch):
     path = _plan_for(tiny_model_dir, tmp_path)
     synth = Synthesizer.auto(tiny_model_dir, plan=path)
     assert synth.backend_name == "torch" and synth.plan.path == path
-    assert synth.plan.backend_options == {"num_threads": 1, "overlap_stages": False}
+    assert synth.plan.backend_options == {"num_threads": 1, "overlap_stages": False,
+                                          "first_chunk_hold": True}
     audio = synth.synthesize("Hello.", synth.speakers[0], seed=0, num_speech_tokens=10)
     assert audio.duration > 0
 

@@ -51,7 +51,9 @@ def test_this_machine_openvino_with_irs(tmp_path):
     assert plan.backend_options == {"num_threads": 2, "num_streams": 1,
                                     "performance_hint": "LATENCY", "cpu_pinning": False,
                                     "precision": "f32", "kv_cache_precision": "f32",
-                                    "overlap_stages": True}
+                                    "overlap_stages": True, "first_chunk_hold": True}
+    assert "latency" in _reason(plan, "first_chunk_hold")
+    assert make_plan(p, goal="throughput").backend_options["first_chunk_hold"] is False
     # bf16-capable (AVX512_BF16) but not measured: fp32, and the reason says how to change it
     assert plan.precision["estimator"] == "fp32"
     assert "AVX512_BF16" in _reason(plan, "compute_precision")
@@ -63,7 +65,8 @@ def test_this_machine_without_irs_picks_torch_and_says_why(tmp_path):
     plan = make_plan(p)
     assert plan.backend == "torch" and "cosyvino convert" in _reason(plan, "backend")
     assert (plan.streams, plan.threads_per_stream) == (1, 2)
-    assert plan.backend_options == {"num_threads": 2, "overlap_stages": True}
+    assert plan.backend_options == {"num_threads": 2, "overlap_stages": True,
+                                    "first_chunk_hold": True}
     assert plan.pinning is False
 
 

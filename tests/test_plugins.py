@@ -181,7 +181,8 @@ def test_planner_picks_fastest_ready_plugin_and_keys_on_its_capabilities(monkeyp
     assert (plan.streams, plan.threads_per_stream) == (2, 1) and plan.max_sessions == 2
     assert plan.pinning is True
     assert plan.backend_options == {"arena": False, "num_threads": 2, "num_streams": 2,
-                                    "cpu_pinning": True, "overlap_stages": False}
+                                    "cpu_pinning": True, "overlap_stages": False,
+                                    "first_chunk_hold": False}  # goal throughput
     assert "fast's own estimate" in plan.decision("memory")["reason"]
     assert plan.memory["weights_bytes"] == 2**30
 
@@ -195,7 +196,8 @@ def test_planner_ties_prefer_plugin_over_torch_and_override_works(monkeypatch, t
     assert plan.backend == "same"                 # ties: torch last
     assert plan.streams == 1 and plan.pinning is False
     # not thread-safe (the default Capabilities): the lanes run one after the other
-    assert plan.backend_options == {"num_threads": 2, "overlap_stages": False}
+    assert plan.backend_options == {"num_threads": 2, "overlap_stages": False,
+                                    "first_chunk_hold": True}
     plugins._reset_for_tests()
     plan = _plan_with(monkeypatch, tmp_path, [same, lazy], backend="lazy")
     assert plan.backend == "lazy" and "override" in plan.decision("backend")["reason"]
@@ -425,7 +427,7 @@ def test_planner_uses_a_backends_inventory_and_option_names(monkeypatch, tmp_pat
     assert plan.backend == "zeta"
     assert plan.backend_options == {"zeta_threads": 2, "zeta_streams": 2, "zeta_pin": True,
                                     "zeta_llm": "fp32", "zeta_goal": "throughput",
-                                    "overlap_stages": False}
+                                    "overlap_stages": False, "first_chunk_hold": False}
     assert plan.precision["llm_weights"] == "int8"  # its weight_precisions
     assert "3 zeta graphs" in format_plan(plan)
     p = probe_topology(str(tmp_path / "root"))
@@ -662,5 +664,6 @@ def test_a_failing_plan_options_gets_the_generic_names(monkeypatch, tmp_path):
 
     plan = _plan_with(monkeypatch, tmp_path, [Broken])
     assert plan.backend == "broken"
-    assert plan.backend_options == {"num_threads": 2, "overlap_stages": False}
+    assert plan.backend_options == {"num_threads": 2, "overlap_stages": False,
+                                    "first_chunk_hold": True}
     assert any("plan_options() failed (KeyError" in w for w in plan.warnings)

@@ -572,6 +572,21 @@ def _overlap_stages(backend: str, caps: Capabilities, tps: int, log: _Log) -> bo
                       "(docs/performance.md, 'Token-level streaming')")
 
 
+def _first_chunk_hold(goal: str, log: _Log) -> bool:
+    """Whether the steps of streaming requests wait while a new request makes its first
+    chunk (``Synthesizer(first_chunk_hold=)``, :class:`cosyvino.engine.Scheduler`)."""
+    if goal == "throughput":
+        return log.decide("first_chunk_hold", False, "throughput: a new request shares the "
+                          "cores with the requests that already stream (holding them cost "
+                          "0.95x the audio per second with 4 clients on 2 cores, "
+                          "docs/performance.md, 'First-chunk hold')")
+    return log.decide("first_chunk_hold", True, "latency: while a new request makes its first "
+                      "chunk, the steps of requests that already stream (audio buffered at "
+                      "their clients) wait, for at most 2 s (4 clients on 2 cores: p95 first "
+                      "chunk 0.67x, 0.95x the audio per second; docs/performance.md, "
+                      "'First-chunk hold')")
+
+
 def _llm_batch(probe: Probe, backend: str, caps: Capabilities, goal: str, streams: int,
                tps: int, prec: dict, model_dir: str | None, tuned: dict | None,
                override: int | None, log: _Log) -> int:
@@ -849,6 +864,7 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
                    sessions=max_sessions, streams=n_streams)
     options = _backend_options(be_cls, probe, cap, goal, n_streams, tps, pin, prec, log)
     options["overlap_stages"] = overlap
+    options["first_chunk_hold"] = _first_chunk_hold(goal, log)
 
     from .. import __version__
     plan = Plan(

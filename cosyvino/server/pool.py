@@ -337,8 +337,10 @@ class SynthesisPool:
         try:
             if not self.synths:
                 self.synths = self._load_synthesizers()
+            # synthesizers from elsewhere (tests, wrappers) may not say: the scheduler default
+            hold = getattr(self.synths[0], "first_chunk_hold", True)
             self.scheduler = Scheduler(self.engines(), name="cosyvino-synth",
-                                       llm_batch=self.config.llm_batch)
+                                       llm_batch=self.config.llm_batch, first_chunk_hold=hold)
             wanted, got = self.config.estimator_batch, self.estimator_batch
             if wanted > 1 and got < wanted:
                 log.warning("estimator batch %d: %s serves %d request(s) per estimator call "
