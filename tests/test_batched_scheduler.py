@@ -182,6 +182,46 @@ def test_a_streamed_row_gets_its_chunks_while_it_decodes(tts):
                       np.concatenate([c.samples for c in outs[i]])), alone[i])
 
 
+def test_a_request_making_its_first_chunk_joins_no_streaming_rows(tts):
+    """First-chunk hold: a request without a chunk yet decodes alone rather than beside rows of
+    streaming requests (they are held meanwhile), batches with another such request, and joins
+    streaming rows once its hold is over or when the hold is off."""
+    from types import SimpleNamespace
+
+    from cosyvino.engine import RequestHandle
+
+    def handle(chunks):
+        program = SimpleNamespace(decode_ready=lambda lane: lane == "llm")
+        h = RequestHandle(SimpleNamespace(program=program, cancel=threading.Event(),
+                                          total_segments=1))
+        h.chunks = chunks
+        return h
+
+    sched = Scheduler([tts.engine] * 2, llm_batch=4)
+    group = next(iter(sched._groups.values()))
+    streaming, new, other_new = handle(3), handle(0), handle(0)
+    try:
+        with sched._cond:
+            group.batch._rows[streaming] = 0
+            assert not sched._joins_batch(group, new, "llm")
+            sched.first_chunk_hold = False
+            assert sched._joins_batch(group, new, "llm")
+            sched.first_chunk_hold = True
+            new.submitted -= sched.max_hold_s + 1  # its hold is over
+            assert sched._joins_batch(group, new, "llm")
+            new.submitted += sched.max_hold_s + 1
+            group.batch._rows.clear()
+            group.running[other_new] = set()
+            assert sched._joins_batch(group, new, "llm")  # another new request decodes
+            group.joining.append(other_new)
+            assert sched._joins_batch(group, new, "llm")
+            del group.running[other_new]
+            group.joining.clear()
+            assert not sched._joins_batch(group, new, "llm")  # alone: its own session
+    finally:
+        sched.close()
+
+
 def test_cancelling_one_row_leaves_the_others_alone(tts):
     reqs = _requests(tts)[:3]
     victim = SynthesisRequest(TWO_SEGMENTS, tts.speakers[0], seed=11, num_speech_tokens=150,

@@ -385,26 +385,44 @@ class Scheduler:
         since = time.monotonic() - self.max_hold_s
 
         def holder(h) -> bool:
-            return (h is not held and not h.chunks and h.submitted > since
-                    and not h.state.cancel.is_set())
+            return h is not held and self._holds(h, since)
 
         if any(lanes and holder(h) for h, lanes in group.running.items()):
             return True
         return any(holder(r) for item, _ in group.ready for r in self._requests_of(group, item))
 
+    def _holds(self, handle: RequestHandle, since: float | None = None) -> bool:
+        """Whether ``handle`` holds the others now (first-chunk hold on, no chunk yet,
+        submitted after ``since``, default ``max_hold_s`` ago, not cancelled)."""
+        if since is None:
+            since = time.monotonic() - self.max_hold_s
+        return (self.first_chunk_hold and not handle.chunks and handle.submitted > since
+                and not handle.state.cancel.is_set())
+
     def _joins_batch(self, group: _Group, handle: RequestHandle, lane: str) -> bool:
         """Whether ``handle``'s ``lane`` step goes into the group's decode batch: batching is
         on, the step is a decode step, and another request decodes (a row, a joiner, or a
-        decode-ready lane): a lone request keeps its own session (condition held)."""
+        decode-ready lane): a lone request keeps its own session. A request holding the
+        others for its first chunk batches only with requests doing the same: the rows of
+        streaming requests are held meanwhile, and it decodes alone at a 1-row step's cost
+        rather than at theirs (condition held)."""
         if group.batch is None or handle.state.cancel.is_set():
             return False
         if not handle.state.program.decode_ready(lane):
             return False
         if len(group.batch) + len(group.joining) >= group.batch.cap:
             return False  # the batch is full: this one steps its own session meanwhile
-        if len(group.batch) or group.joining:
+        members = group.batch.handles + group.joining
+        since = time.monotonic() - self.max_hold_s
+        if self._holds(handle, since):
+            if any(not self._holds(h, since) for h in members):
+                return False
+            company = lambda h: self._holds(h, since)  # noqa: E731
+        else:
+            company = lambda h: True  # noqa: E731
+        if members:
             return True
-        return any(h is not handle and h.state.program.decode_ready(lane)
+        return any(h is not handle and company(h) and h.state.program.decode_ready(lane)
                    for h in group.running)
 
     def _queue_batch(self, group: _Group, lane: str) -> None:
