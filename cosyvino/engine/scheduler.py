@@ -22,10 +22,10 @@ request that already streams has audio buffered at its client; one that has not 
 its time to first audio is what a busy server should protect. Order within each class stays
 first come, first served; no step changes, so every request's audio is the same either way.
 
-First-chunk hold (``first_chunk_hold=True``, the default): priority only orders the queue, and with several
-sessions the steps of streaming requests already running share the cores with a new request's
-first hop. With the hold, while a *holder* (a request that has not delivered its first chunk,
-submitted less than ``max_hold_s`` ago) has a step running or queued, the steps of requests
+First-chunk hold (``first_chunk_hold=True``, the default): priority only orders the queue,
+and with several sessions the steps of streaming requests already running share the cores
+with a new request's first hop. With the hold, while a *holder* (a request that has not
+delivered its first chunk, submitted less than ``max_hold_s`` ago) has a step running or queued, the steps of requests
 that already stream neither start (workers leave them queued) nor go on: a running one waits
 at its next stage call (:meth:`cosyvino.engine.Program.check_cancelled`, e.g. before every
 estimator call) without its lane's lock. A held step keeps its thread, so each engine has as
@@ -54,9 +54,9 @@ log = logging.getLogger("cosyvino.engine")
 CHUNK, DONE, ERROR = "chunk", "done", "error"
 
 #: default time after its submission during which a request waiting for its first chunk holds
-#: the steps of streaming requests (s): a lone first chunk takes 0.4-0.6 s on 2 cores
-#: (docs/performance.md, "First-chunk hold"), so this covers it with room, and bounds what
-#: one arrival can take from the requests that already play
+#: the steps of streaming requests (s): a lone first chunk takes 0.4-0.7 s on 2 cores
+#: (docs/performance.md, "Streamed batch rows and the first-chunk hold"), so this covers it
+#: with room, and bounds what one arrival can take from the requests that already play
 DEFAULT_MAX_HOLD_S = 2.0
 
 #: longest single wait of a held step (s) before it looks again at its cancel event and at the

@@ -575,16 +575,15 @@ def _overlap_stages(backend: str, caps: Capabilities, tps: int, log: _Log) -> bo
 def _first_chunk_hold(goal: str, log: _Log) -> bool:
     """Whether the steps of streaming requests wait while a new request makes its first
     chunk (``Synthesizer(first_chunk_hold=)``, :class:`cosyvino.engine.Scheduler`)."""
+    where = "docs/performance.md, 'Streamed batch rows and the first-chunk hold'"
     if goal == "throughput":
         return log.decide("first_chunk_hold", False, "throughput: a new request shares the "
-                          "cores with the requests that already stream (holding them cost "
-                          "0.95x the audio per second with 4 clients on 2 cores, "
-                          "docs/performance.md, 'First-chunk hold')")
+                          "cores with the requests that already stream (with the hold, 4 "
+                          "clients on 2 cores got 0.95x the audio per second; " + where + ")")
     return log.decide("first_chunk_hold", True, "latency: while a new request makes its first "
                       "chunk, the steps of requests that already stream (audio buffered at "
                       "their clients) wait, for at most 2 s (4 clients on 2 cores: p95 first "
-                      "chunk 0.67x, 0.95x the audio per second; docs/performance.md, "
-                      "'First-chunk hold')")
+                      "chunk 0.62-0.67x, 0.95x the audio per second; " + where + ")")
 
 
 def _llm_batch(probe: Probe, backend: str, caps: Capabilities, goal: str, streams: int,
