@@ -219,37 +219,48 @@ def test_scheduler_on_two_engines_matches_one(tts):
             out, tts.synthesize("你好，世界。", tts.speakers[i], seed=i).samples)
 
 
-@pytest.mark.parametrize("priority", [True, False])
-def test_first_chunk_priority_serves_a_new_request_before_a_streaming_one(tts, priority):
-    """One worker; B arrives when A (three segments, streamed by the latency schedule) has
-    delivered its first chunk. With first-chunk priority every step of B runs before A's next
-    chunk; first come, first served interleaves them, so A delivers more chunks first. The
-    audio of both is the same either way."""
+def _a_then_b(sched, a_request, b_request, on_chunk=None):
+    """Submit A to ``sched``; when A delivers its first chunk, submit B. Waits for both to end
+    and closes ``sched``. ``on_chunk(name)`` runs at every chunk before B is submitted.
+    Returns (events [(name, kind)], samples per name)."""
     events, out, done = [], {"A": [], "B": []}, threading.Event()
-    # B's one chunk needs 80 decode steps: long enough for A's next hops when they alternate
-    b_request = SynthesisRequest("你好，世界。", tts.speakers[1], seed=2, num_speech_tokens=80,
-                                 streaming=StreamingOptions("segment"))
 
     def on(name):
         def callback(kind, value):
             events.append((name, kind))
             if kind == "chunk":
                 out[name].append(value.samples)
+                if on_chunk is not None:
+                    on_chunk(name)
                 if name == "A" and len(out["A"]) == 1:
                     sched.submit(b_request, callback=on("B"))
             elif sum(k != "chunk" for _, k in events) == 2:
                 done.set()
         return callback
 
-    sched = Scheduler([tts.engine], lane_workers=0, first_chunk_priority=priority,
-                      first_chunk_hold=False)
     try:
-        sched.submit(SynthesisRequest(TEXT, tts.speakers[0], seed=1,
-                                      streaming=StreamingOptions("latency")), callback=on("A"))
+        sched.submit(a_request, callback=on("A"))
         assert done.wait(300)
     finally:
         sched.close()
     assert ("A", "error") not in events and ("B", "error") not in events
+    return events, out
+
+
+@pytest.mark.parametrize("priority", [True, False])
+def test_first_chunk_priority_serves_a_new_request_before_a_streaming_one(tts, priority):
+    """One worker; B arrives when A (three segments, streamed by the latency schedule) has
+    delivered its first chunk. With first-chunk priority every step of B runs before A's next
+    chunk; first come, first served interleaves them, so A delivers more chunks first. The
+    audio of both is the same either way."""
+    # B's one chunk needs 80 decode steps: long enough for A's next hops when they alternate
+    b_request = SynthesisRequest("你好，世界。", tts.speakers[1], seed=2, num_speech_tokens=80,
+                                 streaming=StreamingOptions("segment"))
+    sched = Scheduler([tts.engine], lane_workers=0, first_chunk_priority=priority,
+                      first_chunk_hold=False)
+    events, out = _a_then_b(sched, SynthesisRequest(TEXT, tts.speakers[0], seed=1,
+                                                    streaming=StreamingOptions("latency")),
+                            b_request)
     a_chunks_before_b = [e for e in events[:events.index(("B", "chunk"))] if e == ("A", "chunk")]
     if priority:
         assert len(a_chunks_before_b) == 1
@@ -281,7 +292,6 @@ def test_first_chunk_hold_stops_streaming_steps_while_a_new_request_starts(tts, 
     has delivered its first chunk. With the first-chunk hold A's steps wait while B makes its
     chunk: at most the step A was in when B arrived ends first. Without it A keeps stepping
     beside B. The audio of both is the same either way."""
-    events, out, done = [], {"A": [], "B": []}, threading.Event()
     b_request = SynthesisRequest("你好，世界。", tts.speakers[1], seed=2, num_speech_tokens=80,
                                  streaming=StreamingOptions("segment"))
     a_request = SynthesisRequest(TEXT, tts.speakers[0], seed=1,
@@ -289,28 +299,15 @@ def test_first_chunk_hold_stops_streaming_steps_while_a_new_request_starts(tts, 
     engine = _CountingEngine(tts.engine)
     marks = {}
 
-    def on(name):
-        def callback(kind, value):
-            events.append((name, kind))
-            if kind == "chunk":
-                out[name].append(value.samples)
-                if name == "A" and len(out["A"]) == 1:
-                    marks["b_submitted"] = len(engine.ended)
-                    sched.submit(b_request, callback=on("B"))
-                if name == "B":
-                    marks["b_chunk"] = len(engine.ended)
-            elif sum(k != "chunk" for _, k in events) == 2:
-                done.set()
-        return callback
+    def on_chunk(name):
+        if name == "A" and "b_submitted" not in marks:
+            marks["b_submitted"] = len(engine.ended)
+        if name == "B":
+            marks["b_chunk"] = len(engine.ended)
 
     sched = Scheduler([engine, engine], lane_workers=0, first_chunk_hold=hold, max_hold_s=60.0)
-    try:
-        sched.submit(a_request, callback=on("A"))
-        assert done.wait(300)
-        stats = sched.hold_stats
-    finally:
-        sched.close()
-    assert ("A", "error") not in events and ("B", "error") not in events
+    _, out = _a_then_b(sched, a_request, b_request, on_chunk)
+    stats = sched.hold_stats
     a_steps_beside_b = engine.ended[marks["b_submitted"]:marks["b_chunk"]].count(1)
     b_steps = engine.ended[marks["b_submitted"]:marks["b_chunk"]].count(2)
     assert b_steps > 80  # prefill, 80 decode steps, flow, vocoder (the chunk's step ends after)
