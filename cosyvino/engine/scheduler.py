@@ -25,14 +25,15 @@ first come, first served; no step changes, so every request's audio is the same 
 First-chunk hold (``first_chunk_hold=True``, the default): priority only orders the queue,
 and with several sessions the steps of streaming requests already running share the cores
 with a new request's first hop. With the hold, while a *holder* (a request that has not
-delivered its first chunk, submitted less than ``max_hold_s`` ago) has a step running or queued, the steps of requests
-that already stream neither start (workers leave them queued) nor go on: a running one waits
-at its next stage call (:meth:`cosyvino.engine.Program.check_cancelled`, e.g. before every
-estimator call) without its lane's lock. A held step keeps its thread, so each engine has as
-many spare threads as workers, which step only while held steps leave fewer than ``workers``
-steps active. So a new request has the cores to itself, less at most one stage call of each
-step that was running, for at most ``max_hold_s`` after it arrived; then everyone shares
-again. Waiting changes no step, so the audio stays the same.
+delivered its first chunk, submitted less than ``max_hold_s`` ago) has a step running or
+queued, the steps of requests that already stream neither start (workers leave them queued)
+nor go on: a running one waits at its next stage call
+(:meth:`cosyvino.engine.Program.check_cancelled`, e.g. before every estimator call) without
+its lane's lock. A holder's decode steps batch only with other holders'. A held step keeps
+its thread, so each engine has as many spare threads as workers, which step only while held
+steps leave fewer than ``workers`` steps active. So a new request has the cores to itself,
+less at most one stage call of each step that was running, for at most ``max_hold_s`` after
+it arrived; then everyone shares again. Waiting changes no step, so the audio stays the same.
 """
 
 from __future__ import annotations
@@ -321,7 +322,8 @@ class Scheduler:
                         break
                     # an item held back for a first chunk becomes pickable when the hold
                     # ends, possibly by the clock alone: look again after a while
-                    self._cond.wait(_HOLD_POLL_S if group.ready else None)
+                    self._cond.wait(_HOLD_POLL_S if group.ready and self.first_chunk_hold
+                                    else None)
                 handle, lane = picked
                 group.stepping += 1
                 if handle is group.batch_item:
@@ -414,16 +416,13 @@ class Scheduler:
             return False  # the batch is full: this one steps its own session meanwhile
         members = group.batch.handles + group.joining
         since = time.monotonic() - self.max_hold_s
-        if self._holds(handle, since):
-            if any(not self._holds(h, since) for h in members):
-                return False
-            company = lambda h: self._holds(h, since)  # noqa: E731
-        else:
-            company = lambda h: True  # noqa: E731
+        holding = self._holds(handle, since)
+        if holding and any(not self._holds(h, since) for h in members):
+            return False
         if members:
             return True
-        return any(h is not handle and company(h) and h.state.program.decode_ready(lane)
-                   for h in group.running)
+        return any(h is not handle and (not holding or self._holds(h, since))
+                   and h.state.program.decode_ready(lane) for h in group.running)
 
     def _queue_batch(self, group: _Group, lane: str) -> None:
         """Queue the batch item unless it is queued or running (condition held)."""
