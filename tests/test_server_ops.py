@@ -206,6 +206,14 @@ def test_process_and_capacity_metrics(tmp_path):
     assert b"cosyvino_capacity_utilization 1.5" in generate_latest(m.registry)
     admitted[0] = 1
     assert b"cosyvino_capacity_utilization 0.5" in generate_latest(m.registry)
+    # before the model is loaded (no scheduler): the first-chunk hold gauges read 0
+    assert re.search(r"^cosyvino_first_chunk_holds 0\.0$", text, re.M)
+    stats = [None]
+    m.track_first_chunk_hold(lambda: stats[0])
+    assert m.registry.get_sample_value("cosyvino_first_chunk_holds") == 0
+    stats[0] = {"holds": 7, "held_seconds": 2.5, "held_now": 1}
+    assert m.registry.get_sample_value("cosyvino_first_chunk_holds") == 7
+    assert m.registry.get_sample_value("cosyvino_first_chunk_held_seconds") == 2.5
 
 
 def test_one_version_source(tmp_path):

@@ -73,6 +73,12 @@ class Metrics:
         self.estimator_batch_members = Gauge(
             "cosyvino_estimator_batch_members", "Requests inside a flow solve that may share "
             "estimator calls now", registry=r)
+        self.first_chunk_holds = Gauge(
+            "cosyvino_first_chunk_holds", "Waits of streaming requests' steps while a new "
+            "request made its first chunk, so far (0 = none or the hold is off)", registry=r)
+        self.first_chunk_held_seconds = Gauge(
+            "cosyvino_first_chunk_held_seconds", "Seconds those waits took in all, so far",
+            registry=r)
         self.build_info = Gauge("cosyvino_build_info", "Always 1; the labels say what runs",
                                 ["version", "backend"], registry=r)
         ProcessCollector(registry=r)
@@ -93,6 +99,16 @@ class Metrics:
         self.llm_batch_rows.set_function(lambda: total("rows"))
         self.llm_batch_steps.set_function(lambda: total("steps"))
         self.llm_batch_mean_rows.set_function(lambda: total("mean_rows", max))
+
+    def track_first_chunk_hold(self, stats) -> None:
+        """Compute the ``cosyvino_first_chunk_*`` gauges at each scrape from ``stats()``: the
+        scheduler's :attr:`~cosyvino.engine.Scheduler.hold_stats`, or None before the model
+        is loaded."""
+        def value(key):
+            now = stats()
+            return now[key] if now else 0
+        self.first_chunk_holds.set_function(lambda: value("holds"))
+        self.first_chunk_held_seconds.set_function(lambda: value("held_seconds"))
 
     def track_estimator_batching(self, stats) -> None:
         """Compute the ``cosyvino_estimator_batch_*`` gauges at each scrape from ``stats()``:

@@ -69,6 +69,8 @@ class AppState:
         self.metrics.track_capacity(lambda: self.pool.admitted, self.config.max_sessions)
         self.metrics.track_batching(lambda: [] if self.pool.scheduler is None
                                     else self.pool.scheduler.batch_stats)
+        self.metrics.track_first_chunk_hold(lambda: None if self.pool.scheduler is None
+                                            else self.pool.scheduler.hold_stats)
         self.metrics.track_estimator_batching(
             lambda: [s.estimator_batch_stats for s in self.pool.synths])
         self.metrics.build_info.labels(__version__, self.config.backend).set(1)
