@@ -80,13 +80,19 @@ ORDERS = {"fifo": (False, False), "priority": (True, False), "hold": (True, True
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--plan", required=True, help="plan file (cosyvino plan)")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--plan", required=True, default=argparse.SUPPRESS,
+                    help="plan file (cosyvino plan)")
     ap.add_argument("--clients", type=int, default=4,
                     help="closed-loop clients, each streaming one request after another")
-    ap.add_argument("--llm-batch", type=int, default=4, help="decode rows per LLM call")
-    ap.add_argument("--sessions", type=int, default=4, help="requests stepped at once")
-    ap.add_argument("--round", type=float, default=45.0, help="seconds per round")
+    ap.add_argument("--llm-batch", type=int, default=4,
+                    help="decode rows per LLM call (replaces the plan's llm_batch)")
+    ap.add_argument("--sessions", type=int, default=4,
+                    help="requests stepped at once (replaces the plan's max_sessions)")
+    ap.add_argument("--round", type=float, default=45.0,
+                    help="seconds in which a round starts requests (it then waits for them "
+                         "to end, so a round takes longer)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds per order (alternating)")
     ap.add_argument("--tokens", type=int, default=100,
                     help="speech tokens per request of client 0 (fixed length; 0 = until EOS)")

@@ -60,6 +60,12 @@ class ChunkStream:
             pass
 
 
+def _check_flag(value, name: str) -> None:
+    """InputError unless ``value`` is a bool (a truthy string such as "no" must not pass)."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, got {value!r}")
+
+
 def _check_llm_batch(n, name: str = "llm_batch") -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InputError(f"{name} must be a positive integer, got {n!r}")
@@ -119,7 +125,7 @@ class Synthesizer:
         ModelDirError / ConfigError / CheckpointError: bad (or, for None, absent) model dir.
         BackendError: unknown or unusable backend.
         InputError: ``modes`` names a mode the family does not have; ``llm_batch`` or
-            ``estimator_batch`` is not a positive integer.
+            ``estimator_batch`` is not a positive integer; ``first_chunk_hold`` is not a bool.
     """
 
     def __init__(self, model_dir: str | None = None, backend: str = "torch", *,
@@ -131,6 +137,7 @@ class Synthesizer:
                  prompt_encoder=None, **backend_options):
         _check_llm_batch(llm_batch)  # before the (slow) load
         _check_llm_batch(estimator_batch, "estimator_batch")
+        _check_flag(first_chunk_hold, "first_chunk_hold")
         if model_dir is None:
             model_dir = _existing_default_model()
         self.model_dir = str(model_dir)
@@ -177,7 +184,8 @@ class Synthesizer:
         _check_llm_batch(estimator_batch, "estimator_batch")
         self.stages = stages
         self.overlap_stages = bool(overlap_stages)
-        self.first_chunk_hold = bool(first_chunk_hold)
+        _check_flag(first_chunk_hold, "first_chunk_hold")
+        self.first_chunk_hold = first_chunk_hold
         self.llm_batch = llm_batch
         self.estimator_batch = estimator_batch
         self.config = stages.config
@@ -514,6 +522,16 @@ class Synthesizer:
         rows, occupancy; None where batching is off); [] before the first submit."""
         scheduler = self._scheduler
         return [] if scheduler is None else scheduler.batch_stats
+
+    @property
+    def hold_stats(self) -> dict:
+        """First-chunk hold of :meth:`submit`'s scheduler
+        (:attr:`cosyvino.engine.Scheduler.hold_stats`: holds, held_seconds, held_now); zeros
+        before the first submit."""
+        scheduler = self._scheduler
+        if scheduler is None:
+            return {"holds": 0, "held_seconds": 0.0, "held_now": 0}
+        return scheduler.hold_stats
 
     def tokens_to_audio(self, speech_tokens: Sequence[int], speaker: str, *, speed: float = 1.0,
                         seed: int | None = None) -> Audio:

@@ -347,9 +347,26 @@ def test_a_held_step_reaches_its_cancellation(tts):
     assert sched.hold_stats["holds"] == 1
 
 
-def test_scheduler_rejects_a_bad_hold_time(tts):
-    with pytest.raises(ValueError, match="max_hold_s"):
-        Scheduler([tts.engine], max_hold_s=0)
+def test_scheduler_rejects_bad_hold_settings(tts):
+    for bad in (0, -1, float("nan"), "2", True):
+        with pytest.raises(ValueError, match="max_hold_s"):
+            Scheduler([tts.engine], max_hold_s=bad)
+    with pytest.raises(ValueError, match="first_chunk_hold must be True or False"):
+        Scheduler([tts.engine], first_chunk_hold="no")
+    with pytest.raises(ValueError, match="first_chunk_priority"):
+        Scheduler([tts.engine], first_chunk_priority=None)
+
+
+def test_synthesizer_first_chunk_hold_option(tts):
+    from cosyvino import Synthesizer
+
+    with pytest.raises(InputError, match="first_chunk_hold"):
+        Synthesizer.from_stages(tts.stages, first_chunk_hold="no")
+    s = Synthesizer.from_stages(tts.stages, max_parallel=2, first_chunk_hold=False)
+    assert s.hold_stats == {"holds": 0, "held_seconds": 0.0, "held_now": 0}
+    list(s.submit(SynthesisRequest("你好。", tts.speakers[0], seed=1)))
+    assert s._scheduler.first_chunk_hold is False and s.hold_stats["held_now"] == 0
+    assert tts.first_chunk_hold is True  # the default
 
 
 # ---- cancellation ----------------------------------------------------------------------------

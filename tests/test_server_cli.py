@@ -92,6 +92,30 @@ def test_serve_takes_the_plans_llm_batch_unless_given(plan_file, captured, monke
     assert captured[-1][0].llm_batch == 3
 
 
+def test_serve_first_chunk_hold_from_the_plan_unless_given(plan_file, captured, monkeypatch):
+    monkeypatch.delenv("COSYVINO_FIRST_CHUNK_HOLD", raising=False)
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"])
+    assert r.exit_code == 0, r.output
+    # the fixture plan says nothing: the Synthesizer's default (on)
+    assert "first_chunk_hold" not in captured[-1][0].backend_options
+    assert "first_chunk_hold=True" in r.output
+    with open(plan_file, encoding="utf-8") as f:
+        text = f.read()
+    with open(plan_file, "w", encoding="utf-8") as f:
+        f.write(text.replace("[backend_options]\n",
+                             "[backend_options]\nfirst_chunk_hold = false\n"))
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"])
+    assert r.exit_code == 0, r.output
+    assert captured[-1][0].backend_options["first_chunk_hold"] is False
+    assert "first_chunk_hold=False" in r.output
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--first-chunk-hold",
+                                  "--no-cache"])
+    assert r.exit_code == 0 and captured[-1][0].backend_options["first_chunk_hold"] is True
+    r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"],
+                           env={"COSYVINO_FIRST_CHUNK_HOLD": "1"})
+    assert r.exit_code == 0 and captured[-1][0].backend_options["first_chunk_hold"] is True
+
+
 def test_serve_uses_the_plan_and_flags_override_it(plan_file, captured, tiny_model_dir):
     r = CliRunner().invoke(main, ["serve", "--plan", plan_file, "--no-cache"])
     assert r.exit_code == 0, r.output

@@ -71,6 +71,12 @@ def _is_loopback(host: str) -> bool:
               help="Most concurrent requests whose flow estimator calls of equal length one "
                    "backend call runs (needs --max-sessions >= 2; capped by the backend). "
                    "1 = off. Default: from the plan, else 1.")
+@click.option("--first-chunk-hold/--no-first-chunk-hold", envvar="COSYVINO_FIRST_CHUNK_HOLD",
+              default=None,
+              help="While a new request makes its first chunk, the steps of requests that "
+                   "already stream wait (at most 2 s per arrival; matters with --max-sessions "
+                   ">= 2; docs/architecture.md, 'First-chunk hold'). Default: from the plan, "
+                   "else on.")
 @click.option("--queue-size", envvar="COSYVINO_QUEUE_SIZE", type=click.IntRange(min=0), default=8,
               help="Requests that may wait for a session; more get 503 + Retry-After. "
                    "Default: from the plan, else 8.")
@@ -128,7 +134,7 @@ def _is_loopback(host: str) -> bool:
                    "table (docs/server.md, 'Voice aliases').")
 @click.pass_context
 def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend, threads,
-          max_sessions, llm_batch, estimator_batch, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
+          max_sessions, llm_batch, estimator_batch, first_chunk_hold, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
           cache_memory_mb, cache_disk_mb, voices_dir, max_upload_mb, num_speech_tokens,
           no_warmup, log_level, log_format, shutdown_delay, cors_origins, voice_aliases):
     """Serve speech over HTTP: OpenAI /v1/audio/speech and CosyVoice /inference_sft.
@@ -178,6 +184,8 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
     except CosyvinoError as e:
         say("error", str(e))
         sys.exit(2)
+    if first_chunk_hold is not None:  # the flag wins over the plan's backend option
+        config.backend_options = {**config.backend_options, "first_chunk_hold": first_chunk_hold}
     given = {k for k in ("llm_batch", "max_sessions")
              if ctx.get_parameter_source(k) in EXPLICIT}
     if source.startswith("plan") and given == {"llm_batch"}:
@@ -199,6 +207,7 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
     say("info", f"cosyvino serve: http://{host}:{port} backend={config.backend} "
         f"sessions={config.max_sessions} llm_batch={config.llm_batch} "
         f"estimator_batch={config.estimator_batch} "
+        f"first_chunk_hold={config.backend_options.get('first_chunk_hold', True)} "
         f"queue={config.queue_size} threads={config.threads or 'default'} ({source})")
     try:
         run(config, host, port, log_level=log_level)

@@ -205,8 +205,8 @@ class Scheduler:
             first chunk holds the others (> 0).
 
     Raises:
-        ValueError: no engines, ``llm_batch`` is not a positive integer, or ``max_hold_s``
-            is not positive.
+        ValueError: no engines, ``llm_batch`` is not a positive integer, a flag is not a
+            bool, or ``max_hold_s`` is not a positive number.
     """
 
     def __init__(self, engines: Sequence[Engine], *, name: str = "cosyvino-engine",
@@ -217,8 +217,14 @@ class Scheduler:
             raise ValueError("a scheduler needs at least one engine")
         if isinstance(llm_batch, bool) or not isinstance(llm_batch, int) or llm_batch < 1:
             raise ValueError(f"llm_batch must be a positive integer, got {llm_batch!r}")
-        if not max_hold_s > 0:
-            raise ValueError(f"max_hold_s must be positive, got {max_hold_s!r}")
+        for flag, value in (("first_chunk_priority", first_chunk_priority),
+                            ("first_chunk_hold", first_chunk_hold)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{flag} must be True or False, got {value!r}")
+        if isinstance(max_hold_s, bool) or not isinstance(max_hold_s, (int, float)) \
+                or not max_hold_s > 0:
+            raise ValueError(f"max_hold_s must be a positive number of seconds, got "
+                             f"{max_hold_s!r}")
         self._cond = threading.Condition()
         self._groups: dict[int, _Group] = {}
         for e in engines:
@@ -266,8 +272,10 @@ class Scheduler:
 
     @property
     def hold_stats(self) -> dict:
-        """First-chunk hold so far, all engines: ``holds`` (waits of held steps),
-        ``held_seconds`` (their total, s), ``held_now`` (steps waiting now)."""
+        """First-chunk hold so far, all engines: ``holds`` (waits of steps that were running
+        when a new request arrived: they paused at a stage call or before they started),
+        ``held_seconds`` (their total, s), ``held_now`` (steps waiting now). Steps that a
+        hold kept from starting stay queued and are not counted."""
         with self._cond:
             groups = self._groups.values()
             return {"holds": sum(g.holds for g in groups),
