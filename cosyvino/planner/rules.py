@@ -301,15 +301,13 @@ def _pinning(probe: Probe, backend: str, caps: Capabilities, shared_host: bool,
     # the structural reason first: it holds however loaded the host is while planning
     shared = []
     if overlap:
-        shared.append("a request's LLM lane and flow/vocoder lane run at once (overlap_stages)")
+        shared.append("a request's LLM and flow/vocoder lanes run at once (overlap_stages)")
     if sessions > streams:
-        shared.append(f"{sessions} sessions share {streams} stream(s) (their flow/vocoder hops "
-                      "run at once)")
+        shared.append(f"{sessions} sessions share {streams} stream(s)")
     shared_reason = (
-        f"calls share a stream's cores: {' and '.join(shared)}; the threads of calls that run "
-        "at once would be pinned to the same cores and could not move apart (AMD Zen 4, 2 "
-        "cores: unpinned, a streamed request took 0.77-0.87x the time it took pinned, a whole "
-        "one about the same; docs/performance.md, 'CPU pinning with calls at once')"
+        f"calls share a stream's cores: {' and '.join(shared)}; pinned, their threads could "
+        "not move apart (Zen 4, 2 cores: a streamed request took 0.77-0.87x the time "
+        "unpinned; docs/performance.md, 'CPU pinning with calls at once')"
         if shared else "")
     if shared_reason:
         busy = ""
