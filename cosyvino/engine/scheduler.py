@@ -505,8 +505,7 @@ class Scheduler:
         """One step of ``handle``'s request in ``lane`` (waiting out ``hold``); its final
         event when it has finished (done, failed, cancelled), else None."""
         try:
-            chunks = engine.step(handle.state, lane, hold=hold) if hold else \
-                engine.step(handle.state, lane)
+            chunks = engine.step(handle.state, lane, hold=hold)
         except BaseException as e:  # delivered to the submitter, who decides how to report it
             return (ERROR, e)
         for chunk in chunks:
