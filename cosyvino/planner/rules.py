@@ -306,7 +306,7 @@ def _pinning(probe: Probe, backend: str, caps: Capabilities, shared_host: bool,
         shared.append(f"{sessions} sessions share {streams} stream(s)")
     shared_reason = (
         f"calls share a stream's cores: {' and '.join(shared)}; pinned, their threads could "
-        "not move apart (Zen 4, 2 cores: a streamed request took 0.77-0.87x the time "
+        "not move apart (AMD Zen 4, 2 cores: a streamed request was 13-23 % faster "
         "unpinned; docs/performance.md, 'CPU pinning with calls at once')"
         if shared else "")
     if shared_reason:
@@ -315,7 +315,7 @@ def _pinning(probe: Probe, backend: str, caps: Capabilities, shared_host: bool,
             busy = (f"; also, the host was busy while planning (load average "
                     f"{probe.loadavg_1m:g} on {n_online} CPUs)")
         return log.decide("pinning", False,
-                          f"{shared_reason}{busy}; `--pinning` forces it on")
+                          f"{shared_reason}{busy}; `cosyvino plan --pinning` forces it on")
     if host_busy(probe):
         now = "" if busy_now is None else f", {busy_now:g} busy now"
         return log.decide("pinning", False,
@@ -576,12 +576,13 @@ def _first_chunk_hold(goal: str, log: _Log) -> bool:
     where = "docs/performance.md, 'Streamed batch rows and the first-chunk hold'"
     if goal == "throughput":
         return log.decide("first_chunk_hold", False, "throughput: a new request shares the "
-                          "cores with the requests that already stream (with the hold, 4 "
-                          "clients on 2 cores got 0.95x the audio per second; " + where + ")")
+                          "cores with the requests that already stream (the hold cost 2-5 % "
+                          "of the audio per second with 4 clients on 2 cores; " + where + ")")
     return log.decide("first_chunk_hold", True, "latency: while a new request makes its first "
                       "chunk, the steps of requests that already stream (audio buffered at "
                       "their clients) wait, for at most 2 s (4 clients on 2 cores: p95 first "
-                      "chunk 0.62-0.67x, 0.95x the audio per second; " + where + ")")
+                      "chunk 0.56-0.67x, at a cost of 2-5 % of the audio per second; "
+                      + where + ")")
 
 
 def _llm_batch(probe: Probe, backend: str, caps: Capabilities, goal: str, streams: int,
