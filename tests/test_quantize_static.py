@@ -236,6 +236,60 @@ def test_int4_llm_data_aware(converted_dir, calib_two, tmp_path):
     assert audio.stats["speech_tokens"] == 5 and np.all(np.isfinite(audio.samples))
 
 
+def test_llm_weights_int4_in_the_int8_preset(converted_dir, calib_two, tmp_path,
+                                             monkeypatch):
+    """``llm_weights="int4"`` swaps only the LLM's weights: the int8 preset's other stages
+    keep their treatment; without AWQ / scale estimation the INT4 LLM is data-free even though
+    the static stages capture inputs."""
+    import openvino as ov
+
+    from cosyvino.quantize import WeightSettings, model_dir
+
+    # static INT8 itself is covered by the int8 fixture; an unchanged IR keeps this fast
+    monkeypatch.setattr(model_dir, "quantize_static",
+                        lambda xml, stage, samples, settings: ov.Core().read_model(xml))
+    src = converted_dir(TINY_A)
+    out, summary = quantize_model_dir(
+        src, str(tmp_path / "int8-int4llm"), preset="int8", llm_weights="int4",
+        int4=WeightSettings("INT4_SYM", awq=False, scale_estimation=False),
+        calib_texts=calib_two[:1], speech_tokens=8,
+        limits=CaptureLimits(estimator=2, llm_sequences=1, llm_steps=1), show_progress=False)
+    st = summary["stages"]
+    assert st["llm"]["precision"] == "int4-weights" and st["llm"]["mode"] == "INT4_SYM"
+    assert st["llm"]["data_aware"] is False
+    assert st["llm"]["data_free_reason"] == "awq and scale estimation off"
+    assert st["text_encoder"]["precision"] == "int8-weights"
+    assert st["estimator"]["precision"] == "int8-static"
+    files = validate_converted_dir(out)["files"]
+    assert files["llm.bin"]["precision"] == "int4-weights"
+    assert files["text_encoder.bin"]["precision"] == "int8-weights"
+
+
+def test_llm_weights_int8_and_bad_values(converted_dir, tmp_path):
+    src = converted_dir(TINY_A)
+    _, summary = quantize_model_dir(src, str(tmp_path / "int4-as-int8"), preset="int4-llm",
+                                    llm_weights="int8", int8_weights="asym",
+                                    show_progress=False)
+    assert summary["stages"]["llm"]["precision"] == "int8-weights"
+    assert summary["stages"]["llm"]["mode"] == "INT8_ASYM"
+    with pytest.raises(InputError, match="llm_weights must be one of int8, int4"):
+        quantize_model_dir(src, str(tmp_path / "bad"), preset="int8-llm-only",
+                           llm_weights="int2", show_progress=False)
+    assert not os.path.exists(tmp_path / "bad")
+
+
+def test_cli_llm_weights_int4_data_free(converted_dir, tmp_path):
+    src = converted_dir(TINY_A)
+    out = tmp_path / "q"
+    res = CliRunner().invoke(main, ["quantize", "--model-dir", src, "--preset",
+                                    "int8-llm-only", "--llm-weights", "int4", "--data-free",
+                                    "--eval-per-language", "0", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    llm = json.loads(res.stdout)["stages"]["llm"]
+    assert llm["precision"] == "int4-weights" and llm["data_aware"] is False
+    assert "capture" not in read_manifest(str(out))["quantization"]  # data-free: no capture
+
+
 def test_audio_guard_rejects_and_leaves_nothing(converted_dir, calib_two, tmp_path,
                                                 monkeypatch):
     import openvino as ov
