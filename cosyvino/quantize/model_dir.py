@@ -241,7 +241,7 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         llm_weights: the LLM's weight precision whatever the preset says: ``int8`` (the
             ``int8_weights`` mode) or ``int4`` (the ``int4`` settings); None = the preset's.
             ``int8`` with ``int4``: the fastest decode (the LLM step reads half the bytes;
-            docs/quantization.md "INT4 LLM in the int8 preset"), at the accuracy the report's
+            docs/performance.md "INT4 LLM in the int8 preset"), at the accuracy the report's
             LLM rows show.
 
     The manifest's ``quantization.machine`` (and the summary's ``machine``) records the CPU
