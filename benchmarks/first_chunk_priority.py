@@ -75,6 +75,17 @@ def run_round(tts, clients: int, seconds: float, tokens: int | None, spread: flo
     return {"rows": rows, "wall": wall}
 
 
+def split_by_overlap(rows: list[dict]) -> tuple[list[float], list[float]]:
+    """First-chunk seconds of the requests whose wait for their first chunk overlapped
+    another request's wait, and of the others."""
+    spans = [(x["start"], x["start"] + x["first"]) for x in rows if x["first"] is not None]
+    both, alone = [], []
+    for i, (a, b) in enumerate(spans):
+        hit = any(c < b and a < d for j, (c, d) in enumerate(spans) if j != i)
+        (both if hit else alone).append(b - a)
+    return both, alone
+
+
 #: order -> (first_chunk_priority, first_chunk_hold)
 ORDERS = {"fifo": (False, False), "priority": (True, False), "hold": (True, True)}
 
@@ -151,6 +162,16 @@ def main(argv=None) -> int:
         print(f"| {order} | {len(rows)} | {audio / r['wall']:.3f} | {pct(first, 0.5):.2f} | "
               f"{p95[order]:.2f} | {p95[order] / lone_first:.1f}x | {pct(lat, 0.5):.2f} | "
               f"{pct(lat, 0.95):.2f} |")
+    print("\nFirst chunks that overlapped another request's first chunk (both making their "
+          "first audio at once) vs the rest:\n")
+    print("| order | overlapped: requests | p50 (s) | p95 (s) | alone: requests | p50 (s) | "
+          "p95 (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for order, r in results.items():
+        both, alone = split_by_overlap(r["rows"])
+        cells = [f"{len(g)} | {pct(g, 0.5):.2f} | {pct(g, 0.95):.2f}" if g else "0 | - | -"
+                 for g in (both, alone)]
+        print(f"| {order} | {cells[0]} | {cells[1]} |")
     base = orders[0]
     print()
     for order in orders[1:]:

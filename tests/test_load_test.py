@@ -158,3 +158,23 @@ def test_parse_gauges_reads_the_batch_occupancy():
     got = lt.parse_gauges(text, lt.BATCH_GAUGES)
     assert got == {"cosyvino_llm_batch_mean_rows": 2.5,
                    "cosyvino_estimator_batch_mean_requests": 1.75}
+
+
+def test_first_chunk_overlap_split():
+    """benchmarks/first_chunk_priority.py: a request counts as overlapped when its wait for a
+    first chunk shares time with another's (touching ends do not); no first chunk: left out."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(_PATH))
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "first_chunk_priority", os.path.join(os.path.dirname(_PATH),
+                                                 "first_chunk_priority.py"))
+        fcp = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fcp)
+    finally:
+        sys.path.remove(os.path.dirname(_PATH))
+    rows = [{"start": 0.0, "first": 1.0}, {"start": 0.5, "first": 1.5},
+            {"start": 2.0, "first": 0.25}, {"start": 3.0, "first": None}]
+    both, alone = fcp.split_by_overlap(rows)
+    assert both == [1.0, 1.5] and alone == [0.25]
