@@ -123,7 +123,8 @@ def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
 @click.option("--ratio", type=click.FloatRange(min=0, min_open=True, max=1), default=1.0,
               show_default=True, help="Share of LLM layers in INT4 (the rest INT8).")
 @click.option("--data-free", is_flag=True,
-              help="INT4 without the calibration capture (no AWQ / scale estimation).")
+              help="INT4 LLM without AWQ / scale estimation (int4-llm: no capture at all; "
+                   "int8 still captures for its static stages).")
 @click.option("--eval-per-language", type=click.IntRange(min=0), default=2, show_default=True,
               help="Held-out texts per language for the accuracy report (0 = skip it).")
 @click.option("--eval-tokens", type=click.IntRange(min=1), default=20, show_default=True,
