@@ -153,9 +153,9 @@ def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
               help="CPU threads for capture and report.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @_friendly_errors
-def quantize(model_dir, calib, preset, hift, int8_weights, llm_weights, out_dir, subset, estimator_samples,
-             llm_sequences, speech_tokens, seed, smooth_quant_alpha, ignore_sensitive, int4_mode,
-             group_size, ratio,
+def quantize(model_dir, calib, preset, hift, int8_weights, llm_weights, out_dir, subset,
+             estimator_samples, llm_sequences, speech_tokens, seed, smooth_quant_alpha,
+             ignore_sensitive, int4_mode, group_size, ratio,
              data_free, eval_per_language, eval_tokens, max_kl, max_mel_l1, max_lsd, min_snr,
              snr_floors, keep_below_floor, report_path, threads, as_json):
     """Quantize converted OpenVINO IRs with NNCF (needs openvino + nncf; no torch).
