@@ -93,7 +93,7 @@ def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
 @click.option("--llm-weights", type=click.Choice(["int8", "int4"]), default=None,
               help="The LLM's weights whatever the preset says [default: the preset's: "
                    "int4 for int4-llm, int8 otherwise]. `--preset int8 --llm-weights int4`: "
-                   "the fastest decode (half the bytes per token), at the accuracy the "
+                   "the fastest decode (half the weight bytes per token), at the accuracy the "
                    "report's LLM row shows; --data-free and the INT4 options apply.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output dir [default: next to the fp32 IRs: openvino-int8-llm, "
