@@ -401,3 +401,26 @@ def test_no_ready_backend_without_torch_warns_that_serving_will_fail(tmp_path):
     # with IRs there is nothing to warn about
     ready = make_plan(_probe(trees.this_machine, tmp_path / "b", backends=ov_only))
     assert not any("no backend is ready" in w for w in ready.warnings)
+
+
+def test_int8_preset_dir_with_an_int4_llm_reaches_the_plan(tmp_path):
+    """`cosyvino quantize --preset int8 --llm-weights int4` writes openvino-int8/ with an INT4
+    LLM: the dir's name must not turn it into int8 (found by a fresh-user trial)."""
+    from cosyvino.planner.inventory import model_inventory
+
+    model = tmp_path / "model"
+    fp32 = {s: "fp32" for s in ("llm", "text_encoder", "flow_encoder", "estimator",
+                                "hift_decode")}
+    _write_ov_dir(model / "openvino", fp32)
+    quant = dict(fp32, llm="int4-weights", text_encoder="int8-weights",
+                 flow_encoder="int8-static", estimator="int8-static")
+    _write_ov_dir(model / "openvino-int8", quant, {s: p for s, p in quant.items()
+                                                   if p != "fp32"})
+    (model / "cosyvoice.yaml").write_text("")
+    inv = model_inventory(str(model))
+    served = inv["openvino"]["dir_precisions"][str(model / "openvino-int8")]
+    assert served["llm"] == "int4" and served["estimator"] == "int8"
+    plan = make_plan(_probe(trees.this_machine, tmp_path, model=inv), backend="openvino")
+    assert plan.model_dir == str(model / "openvino-int8")
+    assert plan.precision["llm_weights"] == "int4"
+    assert "INT4" in _reason(plan, "llm_weights")

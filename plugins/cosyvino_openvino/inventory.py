@@ -196,7 +196,9 @@ def _scan_dir(model_dir: str, sub: str, ov: dict) -> None:
     ov["dirs"].append(sub)
     precs = manifest_precisions(manifest)
     if sub.endswith("int8"):
-        precs = {c: "int8" if c in ("llm", "estimator") and p != "fp32" else p
+        # the name says at least int8 for what its manifest leaves unsaid; an INT4 LLM
+        # (`--llm-weights int4`) stays int4
+        precs = {c: "int8" if c in ("llm", "estimator") and p not in ("fp32", "int4") else p
                  for c, p in precs.items()} or {"llm": "int8"}
     for name in os.listdir(d):
         if name.endswith(".xml") and "int8" in name.lower() and _component_of(name):
