@@ -290,6 +290,23 @@ def test_cli_llm_weights_int4_data_free(converted_dir, tmp_path):
     assert "capture" not in read_manifest(str(out))["quantization"]  # data-free: no capture
 
 
+@pytest.mark.parametrize("args, named", [
+    (["--preset", "int8", "--data-free"], "--data-free applies"),
+    (["--group-size", "64"], "--group-size applies"),
+    (["--preset", "int4-llm", "--llm-weights", "int8", "--int4-mode", "sym", "--ratio", "0.5"],
+     "--int4-mode, --ratio apply")])
+def test_cli_int4_options_without_an_int4_llm_are_refused(converted_dir, tmp_path, args,
+                                                          named):
+    """INT4 options would be ignored without an INT4 LLM: refused before anything runs (a
+    fresh-user trial took `--preset int8 --data-free` for a faster quantize)."""
+    src = converted_dir(TINY_A)
+    out = tmp_path / "q"
+    res = CliRunner().invoke(main, ["quantize", "--model-dir", src, "--out", str(out), *args])
+    assert res.exit_code == 2
+    assert f"{named} to an INT4 LLM only" in res.output
+    assert not out.exists()
+
+
 def test_audio_guard_rejects_and_leaves_nothing(converted_dir, calib_two, tmp_path,
                                                 monkeypatch):
     import openvino as ov

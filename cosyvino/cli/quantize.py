@@ -196,6 +196,16 @@ def quantize(model_dir, calib, preset, hift, int8_weights, llm_weights, out_dir,
                                        limit_per_language=eval_per_language)
                   if eval_per_language else None)
     llm_int4 = llm_weights == "int4" or (preset == "int4-llm" and llm_weights is None)
+    if not llm_int4:
+        ctx = click.get_current_context()
+        given = [f"--{n.replace('_', '-')}" for n in ("data_free", "int4_mode", "group_size",
+                                                      "ratio")
+                 if ctx.get_parameter_source(n) != click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} "
+                                   f"{'applies' if len(given) == 1 else 'apply'} to an INT4 "
+                                   "LLM only (--preset int4-llm or --llm-weights int4); "
+                                   "this command writes the LLM in int8")
     needs_capture = preset == "int8" or hift == "int8" or (llm_int4 and not data_free)
     calib_texts = (load_calibration_set(calib, split="calibration", limit_per_language=subset,
                                         seed=seed) if needs_capture else None)
