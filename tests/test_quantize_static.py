@@ -287,6 +287,7 @@ def test_cli_llm_weights_int4_data_free(converted_dir, tmp_path):
     assert res.exit_code == 0, res.output
     llm = json.loads(res.stdout)["stages"]["llm"]
     assert llm["precision"] == "int4-weights" and llm["data_aware"] is False
+    assert llm["data_free_reason"] == "awq and scale estimation off"  # as in every preset
     assert "capture" not in read_manifest(str(out))["quantization"]  # data-free: no capture
 
 

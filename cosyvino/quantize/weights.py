@@ -105,7 +105,9 @@ def compress_ir(xml: str, settings: WeightSettings, dataset: list | None = None
             reason = f"data-aware compression failed ({type(e).__name__}: {e})"
             log.warning("%s; falling back to data-free INT4", reason.splitlines()[0])
     else:
-        reason = "no calibration dataset" if not dataset else "awq and scale estimation off"
+        reason = ("awq and scale estimation off" if not (settings.awq or
+                                                         settings.scale_estimation)
+                  else "no calibration dataset")
     with _quiet():
         model = nncf.compress_weights(ov.Core().read_model(xml), **kwargs)
     return model, info | {"data_aware": False, "data_free_reason": reason.splitlines()[0]}
