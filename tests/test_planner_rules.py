@@ -20,6 +20,12 @@ def _reason(plan, name):
     return plan.decision(name)["reason"]
 
 
+def _decision(plan, name):
+    """The value of decision ``name``; None when the plan made none."""
+    d = next((d for d in plan.decisions if d["name"] == name), None)
+    return None if d is None else d["value"]
+
+
 def _check_invariants(plan, probe):
     assert plan.total_threads == plan.streams * plan.threads_per_stream
     assert plan.total_threads <= probe.compute_cores
@@ -51,6 +57,7 @@ def test_this_machine_openvino_with_irs(tmp_path):
     assert plan.backend_options == {"num_threads": 2, "num_streams": 1,
                                     "performance_hint": "LATENCY", "cpu_pinning": False,
                                     "precision": "f32", "kv_cache_precision": "f32",
+                                    "release_intermediate_memory": False,
                                     "overlap_stages": True, "first_chunk_hold": True}
     assert "latency" in _reason(plan, "first_chunk_hold")
     assert make_plan(p, goal="throughput").backend_options["first_chunk_hold"] is False
@@ -424,3 +431,29 @@ def test_int8_preset_dir_with_an_int4_llm_reaches_the_plan(tmp_path):
     assert plan.model_dir == str(model / "openvino-int8")
     assert plan.precision["llm_weights"] == "int4"
     assert "INT4" in _reason(plan, "llm_weights")
+
+
+def test_keep_buffers_follows_the_memory_budget(tmp_path):
+    """OpenVINO declares the memory its stage buffers would keep: with memory to spare the plan
+    keeps them (and counts them in its memory), on a tight budget it frees them; a backend
+    declaring nothing (torch) gets no decision and no option."""
+    from cosyvino.planner.rules import KEEP_BUFFERS_MAX_SHARE
+
+    p = _probe(trees.this_machine, tmp_path)
+    roomy = make_plan(p, backend="openvino")
+    assert _decision(roomy, "keep_buffers") is True
+    assert roomy.backend_options["release_intermediate_memory"] is False
+    kept = roomy.memory["kept_buffer_bytes"]
+    assert kept == 512 * 2**20 * roomy.streams
+    assert "first chunk 0.69x" in _reason(roomy, "keep_buffers")
+    need = roomy.memory["required_bytes"]  # buffers included
+    tight = make_plan(p, backend="openvino",
+                      memory_limit=int(need / KEEP_BUFFERS_MAX_SHARE) - 2**20)
+    assert _decision(tight, "keep_buffers") is False
+    assert tight.backend_options["release_intermediate_memory"] is True
+    assert "kept_buffer_bytes" not in tight.memory
+    assert tight.memory["required_bytes"] == need - kept
+    assert "would exceed 50 %" in _reason(tight, "keep_buffers")
+    torch_plan = make_plan(p, backend="torch")
+    assert _decision(torch_plan, "keep_buffers") is None
+    assert "release_intermediate_memory" not in torch_plan.backend_options

@@ -73,6 +73,10 @@ class Capabilities:
             batch them (each row is its own call: the weights are read once per row).
         max_estimator_batch: requests (CFG pairs: batch 2 each) one estimator call can hold
             (the loaded stages' ``max_estimator_batch``); 1 = one request per call.
+        kept_buffer_bytes: resident bytes the loaded model would add (per stream) if it kept
+            every stage's intermediate buffers instead of freeing them between stage calls;
+            None = the backend does not free them. When given, the planner decides
+            ``keep_buffers`` (memory for speed) and :meth:`Backend.plan_options` passes it on.
     """
 
     ready: bool
@@ -89,6 +93,7 @@ class Capabilities:
     weight_precisions: dict = field(default_factory=dict)
     max_llm_batch: int = 1
     max_estimator_batch: int = 1
+    kept_buffer_bytes: int | None = None
 
 
 class Backend(abc.ABC):

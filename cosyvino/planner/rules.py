@@ -83,6 +83,10 @@ def host_busy(probe: Probe) -> bool:
     return busy_now is None or busy_now > BUSY_LOAD * n_online
 #: keep this share of the memory budget free (page cache, allocator slack)
 MEMORY_HEADROOM = 0.9
+#: a backend keeps its stage buffers (``keep_buffers``) only while the plan, buffers included,
+#: needs at most this share of the memory budget: on a tight budget (a container sized to
+#: the plan) the ~0.3-0.5 GiB go to sessions instead; where memory is plentiful speed wins
+KEEP_BUFFERS_MAX_SHARE = 0.5
 
 
 class _Log:
@@ -536,13 +540,16 @@ def _quantized_accuracy(probe: Probe, served: str, prec: dict, log: _Log) -> Non
 
 
 def _backend_options(backend_cls, probe: Probe, caps: Capabilities, goal: str, streams: int,
-                     tps: int, pinning: bool, prec: dict, log: _Log) -> dict:
+                     tps: int, pinning: bool, prec: dict, log: _Log,
+                     keep_buffers: bool | None = None) -> dict:
     """Keyword arguments for ``Synthesizer(..., backend=backend, **options)``: the backend's own
     translation of the decisions (:meth:`cosyvino.backends.Backend.plan_options`). One that
     raises or returns no dict gets the generic names instead, with a warning."""
     decisions = {"goal": goal, "threads": streams * tps, "streams": streams,
                  "threads_per_stream": tps, "pinning": pinning, "precision": dict(prec),
                  "capabilities": caps, "smt": bool(probe.smt), "hybrid": bool(probe.hybrid)}
+    if keep_buffers is not None:
+        decisions["keep_buffers"] = keep_buffers
     try:
         opts = backend_cls.plan_options(dict(decisions))
         if not isinstance(opts, dict):
@@ -552,6 +559,34 @@ def _backend_options(backend_cls, probe: Probe, caps: Capabilities, goal: str, s
                             f"({type(e).__name__}: {e}); generic option names used")
         opts = Backend.plan_options(decisions)
     return dict(opts)
+
+
+def _keep_buffers(backend: str, caps: Capabilities, streams: int, mem: dict,
+                  log: _Log) -> bool | None:
+    """Whether the backend keeps every stage's intermediate buffers between stage calls
+    (faster) instead of freeing them (less memory); None when it declares no such trade
+    (``Capabilities.kept_buffer_bytes``). Kept only while the plan, buffers included, uses at
+    most :data:`KEEP_BUFFERS_MAX_SHARE` of the memory budget; adds them to ``mem``."""
+    if not caps.kept_buffer_bytes:
+        return None
+    extra = int(caps.kept_buffer_bytes) * streams
+    budget = mem.get("budget_bytes")
+    with_extra = mem["required_bytes"] + extra
+    cost = ("streamed first chunk 0.69x, streamed synthesis 0.87x, whole 0.94x, peak RSS "
+            "1.47 -> 1.73 GiB (AMD Zen 4, OpenVINO INT8; docs/performance.md, 'Stage buffers "
+            "kept')")
+    if not budget or with_extra > KEEP_BUFFERS_MAX_SHARE * budget:
+        why = "memory size unknown" if not budget else (
+            f"{_gib(with_extra)} with them would exceed {int(KEEP_BUFFERS_MAX_SHARE * 100)} % "
+            f"of {_gib(budget)}")
+        return log.decide("keep_buffers", False, f"{why}: {backend} frees each stage's "
+                          f"intermediate buffers between stage calls (keeping them: {cost})")
+    mem["kept_buffer_bytes"] = extra
+    mem["required_bytes"] = with_extra
+    return log.decide("keep_buffers", True, f"{_gib(with_extra)} of {_gib(budget)} with "
+                      f"them: {backend} keeps every stage's intermediate buffers (~"
+                      f"{_gib(extra)}) instead of freeing and re-allocating them at each stage "
+                      f"change (~36 per streamed 5 s request): {cost}")
 
 
 def _overlap_stages(backend: str, caps: Capabilities, tps: int, log: _Log) -> bool:
@@ -860,7 +895,9 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     # decide it too
     pin = _pinning(probe, be, cap, shared_host, pinning, log, overlap=overlap,
                    sessions=max_sessions, streams=n_streams)
-    options = _backend_options(be_cls, probe, cap, goal, n_streams, tps, pin, prec, log)
+    keep = _keep_buffers(be, cap, n_streams, mem, log)
+    options = _backend_options(be_cls, probe, cap, goal, n_streams, tps, pin, prec, log,
+                               keep_buffers=keep)
     options["overlap_stages"] = overlap
     options["first_chunk_hold"] = _first_chunk_hold(goal, log)
 

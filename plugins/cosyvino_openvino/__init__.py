@@ -43,6 +43,8 @@ Backend options (``Synthesizer(..., backend="openvino", **options)`` / ``load``)
                         free the intermediate buffers of the stages that ran before it
                         (CompiledModel.release_memory + malloc_trim), so a segment holds one
                         stage's activations at a time instead of all of them; False keeps them
+                        (faster: ~36 frees and re-allocations per streamed 5 s request; the
+                        plan's `keep_buffers` turns it off where memory is plentiful)
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ MAX_ESTIMATOR_BATCH = 4
 #: the same for a ``cosyvino quantize --preset int8`` dir (static INT8 stages keep more than their
 #: file size; docs/performance.md "INT8")
 OPENVINO_QUANTIZED_RESIDENT_FACTOR = 2.0
+#: resident bytes kept by not freeing stage buffers between calls (``release_intermediate_memory
+#: =False``): peak RSS 1.47 -> 1.73 GiB for the INT8 300M streaming and synthesizing 5 s
+#: segments (AMD Zen 4; docs/performance.md, "Stage buffers kept"), rounded up to 512 MiB
+#: because the estimator's buffers grow with the segment's length
+KEPT_BUFFER_BYTES = 512 * 2**20
 #: the plan's component precision -> INFERENCE_PRECISION_HINT; int8 components run their
 #: quantized IRs whatever the hint, the rest of them in f32
 _HINT = {"fp32": "f32", "bf16": "bf16", "fp16": "f16", "int8": "f32"}
@@ -148,7 +155,8 @@ class OpenVINOBackend(Backend):
             precisions.append("int8")
         common = dict(thread_safe=True, streams=True, pinning=True,
                       precisions=tuple(precisions), max_llm_batch=MAX_LLM_BATCH,
-                      max_estimator_batch=MAX_ESTIMATOR_BATCH)
+                      max_estimator_batch=MAX_ESTIMATOR_BATCH,
+                      kept_buffer_bytes=KEPT_BUFFER_BYTES)
         if not ov.get("present"):
             reason = (f"no converted IRs at {where}/openvino/manifest.json (run "
                       "`cosyvino convert` to enable OpenVINO)")
@@ -193,6 +201,8 @@ class OpenVINOBackend(Backend):
                     performance_hint="LATENCY" if decisions["goal"] == "latency"
                     else "THROUGHPUT",
                     cpu_pinning=decisions["pinning"], precision=compute)
+        if "keep_buffers" in decisions:
+            opts["release_intermediate_memory"] = not decisions["keep_buffers"]
         if compute == "f32":
             opts["kv_cache_precision"] = "u8" if prec.get("kv_cache") == "u8" else "f32"
         if compute == "f32" and prec.get("vocoder") == "bf16":
