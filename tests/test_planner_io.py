@@ -126,6 +126,8 @@ def test_cli_json_k8s_and_refusal(tmp_path):
     r = CliRunner().invoke(main, ["plan", "--model-dir", str(tmp_path), "--no-write",
                                   "--memory-limit", "1Gi"])
     assert r.exit_code == 2 and "not enough memory" in r.output
+    # the usable share is what is compared, and the flag the user passed is named
+    assert "but --memory-limit leaves 922 MiB usable (90% of 1.0 GiB)" in r.output
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")

@@ -437,7 +437,7 @@ def test_keep_buffers_follows_the_memory_budget(tmp_path):
     """OpenVINO declares the memory its stage buffers would keep: with memory to spare the plan
     keeps them (and counts them in its memory), on a tight budget it frees them; a backend
     declaring nothing (torch) gets no decision and no option."""
-    from cosyvino.planner.rules import KEEP_BUFFERS_MAX_SHARE
+    from cosyvino.planner.rules import KEEP_BUFFERS_MAX_SHARE, _gib
 
     p = _probe(trees.this_machine, tmp_path)
     roomy = make_plan(p, backend="openvino")
@@ -446,6 +446,9 @@ def test_keep_buffers_follows_the_memory_budget(tmp_path):
     kept = roomy.memory["kept_buffer_bytes"]
     assert kept == 512 * 2**20 * roomy.streams
     assert "first chunk 0.69x" in _reason(roomy, "keep_buffers")
+    # the memory row agrees with the plan's memory (found by a fresh-user trial)
+    assert _decision(roomy, "memory").startswith(_gib(roomy.memory["required_bytes"]))
+    assert "stage buffers kept" in _reason(roomy, "memory")
     need = roomy.memory["required_bytes"]  # buffers included
     tight = make_plan(p, backend="openvino",
                       memory_limit=int(need / KEEP_BUFFERS_MAX_SHARE) - 2**20)
@@ -454,6 +457,7 @@ def test_keep_buffers_follows_the_memory_budget(tmp_path):
     assert "kept_buffer_bytes" not in tight.memory
     assert tight.memory["required_bytes"] == need - kept
     assert "would exceed 50 %" in _reason(tight, "keep_buffers")
+    assert "stage buffers" not in _reason(tight, "memory")
     torch_plan = make_plan(p, backend="torch")
     assert _decision(torch_plan, "keep_buffers") is None
     assert "release_intermediate_memory" not in torch_plan.backend_options

@@ -573,7 +573,7 @@ def _keep_buffers(backend: str, caps: Capabilities, streams: int, mem: dict,
     budget = mem.get("budget_bytes")
     with_extra = mem["required_bytes"] + extra
     cost = ("streamed first chunk 0.69x, streamed synthesis 0.87x, whole 0.94x, peak RSS "
-            "1.47 -> 1.73 GiB (AMD Zen 4, OpenVINO INT8; docs/performance.md, 'Stage buffers "
+            "+267-315 MiB (AMD Zen 4, OpenVINO INT8; docs/performance.md, 'Stage buffers "
             "kept')")
     if not budget or with_extra > KEEP_BUFFERS_MAX_SHARE * budget:
         why = "memory size unknown" if not budget else (
@@ -583,6 +583,10 @@ def _keep_buffers(backend: str, caps: Capabilities, streams: int, mem: dict,
                           f"intermediate buffers between stage calls (keeping them: {cost})")
     mem["kept_buffer_bytes"] = extra
     mem["required_bytes"] = with_extra
+    row = log.decision("memory")  # the memory row counts them too
+    if row is not None:
+        row["value"] = f"{_gib(with_extra)} of {_gib(budget)}"
+        row["reason"] += f" + {_gib(extra)} stage buffers kept (keep_buffers)"
     return log.decide("keep_buffers", True, f"{_gib(with_extra)} of {_gib(budget)} with "
                       f"them: {backend} keeps every stage's intermediate buffers (~"
                       f"{_gib(extra)}) instead of freeing and re-allocating them at each stage "
@@ -740,6 +744,13 @@ def _reference_estimate(probe: Probe, model_dir: str | None, caps: dict[str, Cap
     return None
 
 
+def _budget_source(probe: Probe, memory_limit: int | None) -> str:
+    """Where the memory budget comes from, for messages."""
+    if memory_limit:
+        return "--memory-limit"
+    return "the cgroup limit" if probe.mem_limit else "the machine"
+
+
 def _memory(probe: Probe, backend: str, caps: Capabilities, reference, sessions: int,
             memory_limit: int | None, log: _Log) -> tuple[int, dict]:
     """``reference``: None or (name, capabilities) of :func:`_reference_estimate`, used when
@@ -769,9 +780,11 @@ def _memory(probe: Probe, backend: str, caps: Capabilities, reference, sessions:
         raise PlanError(
             f"not enough memory: one session needs ~{_gib(need(1))} (weights {_gib(weights)} "
             f"from {src} + {_gib(per_session)} working memory + {_gib(RUNTIME_OVERHEAD_BYTES)} "
-            f"runtime) but the {'cgroup limit' if probe.mem_limit else 'machine'} allows "
-            f"{_gib(budget)} ({int(MEMORY_HEADROOM * 100)}% usable). Raise the memory limit, "
-            "or pass --memory-limit if the detected limit is wrong")
+            f"runtime) but {_budget_source(probe, memory_limit)} leaves {_gib(usable)} usable "
+            f"({int(MEMORY_HEADROOM * 100)}% of {_gib(budget)}). "
+            + ("Give the plan more memory (--memory-limit)" if memory_limit else
+               "Raise the memory limit, or pass --memory-limit if the detected limit is "
+               "wrong"))
     fit = max(1, (usable - RUNTIME_OVERHEAD_BYTES - weights) // per_session)
     if fit < sessions:
         log.decide("max_sessions_memory", int(fit),
