@@ -104,7 +104,8 @@ def parse_bytes(text: str) -> int:
 @click.option("--shared-host", is_flag=True,
               help="Other heavy processes share these CPUs: no pinning.")
 @click.option("--memory-limit", default=None,
-              help="Override the memory budget (e.g. 8Gi) instead of the cgroup/RAM size.")
+              help="Override the memory budget (e.g. 8Gi; G = 10^9 bytes, Gi = 2^30) instead of "
+                   "the cgroup/RAM size.")
 @_errors
 def plan(model_dir, out, no_write, goal, tune, tune_seconds, tune_tokens, emit, k8s_image,
          k8s_name, k8s_namespace, k8s_replicas, k8s_max_replicas, k8s_autoscaler,

@@ -782,9 +782,9 @@ def _memory(probe: Probe, backend: str, caps: Capabilities, reference, sessions:
             f"from {src} + {_gib(per_session)} working memory + {_gib(RUNTIME_OVERHEAD_BYTES)} "
             f"runtime) but {_budget_source(probe, memory_limit)} leaves {_gib(usable)} usable "
             f"({int(MEMORY_HEADROOM * 100)}% of {_gib(budget)}). "
-            + ("Give the plan more memory (--memory-limit)" if memory_limit else
-               "Raise the memory limit, or pass --memory-limit if the detected limit is "
-               "wrong"))
+            + (f"It needs at least {_gib(int(need(1) / MEMORY_HEADROOM) + 1)}"
+               + (" (--memory-limit)" if memory_limit else
+                  "; raise the limit, or pass --memory-limit if the detected one is wrong")))
     fit = max(1, (usable - RUNTIME_OVERHEAD_BYTES - weights) // per_session)
     if fit < sessions:
         log.decide("max_sessions_memory", int(fit),
