@@ -128,7 +128,7 @@ def test_cli_json_k8s_and_refusal(tmp_path):
     assert r.exit_code == 2 and "not enough memory" in r.output
     # the usable share is what is compared, and the flag the user passed is named
     assert "but --memory-limit leaves 922 MiB usable (90% of 1.0 GiB)" in r.output
-    assert "It needs at least 2.6 GiB (--memory-limit)" in r.output
+    assert "It needs at least 2.7 GiB (--memory-limit)" in r.output
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")

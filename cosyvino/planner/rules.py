@@ -782,7 +782,8 @@ def _memory(probe: Probe, backend: str, caps: Capabilities, reference, sessions:
             f"from {src} + {_gib(per_session)} working memory + {_gib(RUNTIME_OVERHEAD_BYTES)} "
             f"runtime) but {_budget_source(probe, memory_limit)} leaves {_gib(usable)} usable "
             f"({int(MEMORY_HEADROOM * 100)}% of {_gib(budget)}). "
-            + (f"It needs at least {_gib(int(need(1) / MEMORY_HEADROOM) + 1)}"
+            # rounded up to 0.1 GiB, so the printed minimum is itself enough
+            + (f"It needs at least {math.ceil(need(1) / MEMORY_HEADROOM / 2**30 * 10) / 10:.1f} GiB"
                + (" (--memory-limit)" if memory_limit else
                   "; raise the limit, or pass --memory-limit if the detected one is wrong")))
     fit = max(1, (usable - RUNTIME_OVERHEAD_BYTES - weights) // per_session)
