@@ -260,7 +260,11 @@ def test_llm_weights_int4_in_the_int8_preset(converted_dir, calib_two, tmp_path,
     assert st["llm"]["data_free_reason"] == "awq and scale estimation off"
     assert st["text_encoder"]["precision"] == "int8-weights"
     assert st["estimator"]["precision"] == "int8-static"
-    files = validate_converted_dir(out)["files"]
+    manifest = validate_converted_dir(out)
+    # the static stages' capture keeps no LLM utterances: no stage would read them
+    assert manifest["quantization"]["capture"]["limits"]["llm_sequences"] == 0
+    assert manifest["quantization"]["capture"]["limits"]["estimator"] == 2
+    files = manifest["files"]
     assert files["llm.bin"]["precision"] == "int4-weights"
     assert files["text_encoder.bin"]["precision"] == "int8-weights"
 

@@ -196,6 +196,7 @@ class _Recorder:
         self.table = table
         self.n_steps = n_steps
         self.llm_steps = limits.llm_steps
+        self.llm_sequences = limits.llm_sequences
         self.estimator = [Reservoir(c, pick) for c in _step_capacities(limits.estimator,
                                                                        n_steps)]
         self.flow_encoder = Reservoir(limits.flow_encoder, pick)
@@ -258,6 +259,8 @@ class RecordingStages(CosyVoice1Stages):
         return self.inner.llm_special_embeddings()
 
     def new_llm_session(self) -> LLMSession:
+        if not self.recorder.llm_sequences:  # nothing would be kept: record nothing
+            return self.inner.new_llm_session()
         return _RecordingSession(self.inner.new_llm_session(), self.recorder.llm_steps,
                                  self.recorder.utterances)
 

@@ -327,15 +327,17 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     backend = get_backend("openvino")
     ref_stages = None
     try:
-        need_capture = bool(static_stages) or (bool(calib_texts) and any(
-            ws.is_int4 and (ws.awq or ws.scale_estimation) and g in CAPTURE_GROUPS
-            for g, ws in weight_plan.items()))
+        data_aware = [g for g, ws in weight_plan.items() if bool(calib_texts)
+                      and ws.is_int4 and (ws.awq or ws.scale_estimation) and g in CAPTURE_GROUPS]
+        need_capture = bool(static_stages) or bool(data_aware)
         capture = None
         if need_capture:
             ref_stages = backend.load(src_dir, num_threads=num_threads, **F32_OPTIONS)
             say(f"capturing stage inputs: {len(calib_texts)} calibration texts, seed {seed}")
             if not static_stages:  # INT4 LLM only: the LLM inputs are all it needs
                 limits = replace(limits, estimator=0, flow_encoder=0, vocoder=0)
+            if not data_aware:  # INT8 or data-free INT4 weights: no stage reads LLM inputs
+                limits = replace(limits, llm_sequences=0)
             capture = capture_calibration(src_dir, calib_texts, seed=seed, limits=limits,
                                           stages=ref_stages, show_progress=show_progress,
                                           speech_tokens=speech_tokens)
