@@ -293,6 +293,7 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
     info = getattr(tts.stages, "compile_info", None)
     manifest = getattr(tts.stages, "manifest", None) or {}
     llm_weights = llm_weight_precision(manifest)
+    estimator_weights = stage_weight_precision(manifest, "estimator")
     streaming = []
     if stream_runs > 0:
         speaker = TEXTS[0][1] if TEXTS[0][1] in tts.speakers else tts.speakers[0]
@@ -320,16 +321,24 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
             "load_s": load_s, "peak_rss_mb": peak_rss_mb(), "load_peak_rss_mb": load_peak,
             "rows": rows, "mean": mean,
             "compile_info": info.get("llm") if info else None, "llm_weights": llm_weights,
+            "estimator_weights": estimator_weights,
             "torch_imported": "torch" in sys.modules}
 
 
 def llm_weight_precision(manifest: dict) -> str | None:
     """The stored precision of the LLM step graph's weights in a converted dir's manifest
-    (``fp32``, ``int8-weights`` after ``cosyvino quantize``...): the one recorded for the
-    largest file of stage ``llm`` (the file holding its weights: an IR's ``.bin``, an ONNX file
-    or its external data); None when none is recorded."""
+    (``fp32``, ``int8-weights`` after ``cosyvino quantize``...); see
+    :func:`stage_weight_precision`."""
+    return stage_weight_precision(manifest, "llm")
+
+
+def stage_weight_precision(manifest: dict, stage: str) -> str | None:
+    """The stored precision of ``stage``'s weights in a converted dir's manifest (``fp32``,
+    ``int8-weights``, ``int8-static``...): the one recorded for the largest file of that stage
+    (the file holding its weights: an IR's ``.bin``, an ONNX file or its external data); None
+    when none is recorded (e.g. the torch backend)."""
     files = [rec for rec in manifest.get("files", {}).values()
-             if isinstance(rec, dict) and rec.get("stage") == "llm" and rec.get("precision")]
+             if isinstance(rec, dict) and rec.get("stage") == stage and rec.get("precision")]
     if not files:
         return None
     return max(files, key=lambda rec: rec.get("size", 0))["precision"]
@@ -395,8 +404,10 @@ def roofline(config, results: list[dict], tokens: int) -> dict:
 
 
 def markdown(results: list[dict], roof: dict | None, estimator: dict | None = None) -> str:
-    """The table; ``estimator``: {"gflop_per_call", "peak_gflops", "peak"} (rows of the
-    estimator's achieved GFLOP/s and its share of the fp32 FMA peak) or None."""
+    """The table; ``estimator``: {"gflop_per_call", "peak_gflops", "peak", "peaks"} (rows of
+    the estimator's achieved rate and its share of the peak of each column's estimator
+    precision, ``peaks[label]`` = {"gops", "peak"}; without ``peaks``, of the fp32 FMA peak)
+    or None."""
     ok = [r for r in results if "mean" in r]
     head = "| metric | " + " | ".join(r["label"] for r in ok) + " |"
     lines = [head, "|---|" + "---:|" * len(ok)]
@@ -419,9 +430,19 @@ def markdown(results: list[dict], roof: dict | None, estimator: dict | None = No
     if estimator and estimator.get("gflop_per_call"):
         g = estimator["gflop_per_call"]
         rates = [g / (r["mean"]["estimator_ms_per_call"] / 1000.0) for r in ok]
-        lines.append(f"| estimator GFLOP/s ({g:.1f} GFLOP/call) | "
+        lines.append(f"| estimator G ops/s ({g:.1f} G ops/call: 2 per multiply-add) | "
                      + " | ".join(f"{x:.0f}" for x in rates) + " |")
-        if estimator.get("peak_gflops"):
+        peaks = [estimator.get("peaks", {}).get(r["label"], {}) for r in ok]
+        if any(p.get("gops") for p in peaks):
+            # each column against the peak of its estimator's precision: an INT8 estimator
+            # over the fp32 FMA peak read 199 % on AMD Zen 4
+            lines.append("| estimator peak G ops/s (its precision) | " + " | ".join(
+                f"{p['gops']:.0f} ({p['peak']})" if p.get("gops") else p.get("peak", "")
+                for p in peaks) + " |")
+            lines.append("| estimator / its peak | " + " | ".join(
+                f"{100 * x / p['gops']:.0f} %" if p.get("gops") else ""
+                for x, p in zip(rates, peaks)) + " |")
+        elif estimator.get("peak_gflops"):
             lines.append(f"| estimator / fp32 FMA peak ({estimator['peak']}: "
                          f"{estimator['peak_gflops']:.0f} GFLOP/s) | "
                          + " | ".join(f"{100 * x / estimator['peak_gflops']:.0f} %"

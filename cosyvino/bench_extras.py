@@ -1,5 +1,6 @@
 """Parts of ``cosyvino bench`` beyond the per-stage table (:mod:`cosyvino.bench`): the ODE
-step trade-off, the estimator's achieved GFLOP/s against the CPU's FMA peak, and a busy
+step trade-off, the estimator's achieved rate against the CPU's peak for its precision (fp32
+FMA, or int8 dot products for a static INT8 estimator), and a busy
 neighbour process. Must not import torch at module level (only :func:`estimator_gflop` does,
 when it is installed).
 """
@@ -35,6 +36,51 @@ def fma_peak_gflops(flags, vendor: str, mhz: float | None, cores: int) -> tuple[
     if not mhz:
         return None, f"{isa} x {per} FLOP/cycle (clock unknown)"
     return cores * mhz / 1e3 * per, f"{isa}: {cores} x {mhz / 1e3:.1f} GHz x {per} FLOP/cycle"
+
+
+#: int8 dot products per cycle relative to fp32 FMAs: VNNI's ``vpdpbusd`` does 4 u8 x s8
+#: multiply-adds per 32-bit lane where an FMA does one, on the same ports at the same
+#: throughput (Intel Intrinsics Guide, ``_mm512_dpbusd_epi32``; AMD Software Optimization Guide
+#: for Zen 4: AVX-512 VNNI on the 256-bit FP pipes, like its FMAs)
+VNNI_OPS_PER_FMA_FLOP = 4
+#: AMX-INT8 operations (2 per multiply-add) per cycle per core: TMUL does 1024 int8
+#: multiply-adds per cycle (Intel 64 and IA-32 Architectures Optimization Reference Manual,
+#: "Intel Advanced Matrix Extensions": 2048 INT8 ops/cycle/core)
+AMX_INT8_OPS_PER_CYCLE = 2048
+
+
+def int8_peak_gops(flags, vendor: str, mhz: float | None, cores: int) -> tuple[float | None,
+                                                                               str]:
+    """int8 dot-product peak of ``cores`` cores at ``mhz`` in GOP/s (2 ops per multiply-add):
+    AMX-INT8, else VNNI (AVX-512 or AVX VNNI: :data:`VNNI_OPS_PER_FMA_FLOP` x the FMA peak of
+    that vector width) -> (GOP/s, description), or (None, why) without int8 dot products (AVX2
+    alone widens through ``vpmaddubsw``/``vpmaddwd``, no single peak to quote) or an unknown
+    clock."""
+    flags = set(flags or ())
+    if "amx_int8" in flags:
+        per, isa = AMX_INT8_OPS_PER_CYCLE, "AMX-INT8"
+    elif "avx512_vnni" in flags and "avx512f" in flags:
+        key = "avx512_amd" if vendor == "AuthenticAMD" else "avx512"
+        per, isa = FMA_FLOP_PER_CYCLE[key] * VNNI_OPS_PER_FMA_FLOP, "AVX-512 VNNI"
+    elif "avx_vnni" in flags or "avx512_vnni" in flags:
+        per, isa = FMA_FLOP_PER_CYCLE["avx2"] * VNNI_OPS_PER_FMA_FLOP, "AVX VNNI"
+    else:
+        return None, "no int8 dot products (VNNI/AMX)"
+    if not mhz:
+        return None, f"{isa} x {per} int8 ops/cycle (clock unknown)"
+    return cores * mhz / 1e3 * per, f"{isa}: {cores} x {mhz / 1e3:.1f} GHz x {per} int8 ops/cycle"
+
+
+def estimator_peak(weights: str | None, flags, vendor: str, mhz: float | None,
+                   cores: int) -> tuple[float | None, str]:
+    """The peak an estimator call is compared with: the int8 dot-product peak
+    (:func:`int8_peak_gops`) for static INT8 weights (``int8-static`` in a converted dir's
+    manifest), else the fp32 FMA peak (:func:`fma_peak_gflops`); (G ops/s or None, label)."""
+    if weights == "int8-static":
+        peak, desc = int8_peak_gops(flags, vendor, mhz, cores)
+        return peak, f"int8, {desc}"
+    peak, desc = fma_peak_gflops(flags, vendor, mhz, cores)
+    return peak, f"fp32 FMA, {desc}"
 
 
 def cpuinfo_field(name: str, root: str = "/") -> str | None:

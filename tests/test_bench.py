@@ -47,6 +47,32 @@ def test_markdown_table_side_by_side():
     assert "openvino:bf16: FAILED" in table
 
 
+def test_estimator_rows_compare_each_column_with_its_precisions_peak():
+    """An INT8 estimator is compared with the int8 dot-product peak, an fp32 one with the fp32
+    FMA peak (one shared fp32 peak read 199 % for the INT8 column on AMD Zen 4)."""
+    from cosyvino.bench_extras import estimator_peak
+
+    flags, mhz = {"avx2", "fma", "avx512f", "avx512_vnni"}, 2600.0
+    peaks = {label: dict(zip(("gops", "peak"), estimator_peak(w, flags, "AuthenticAMD", mhz, 2)))
+             for label, w in (("torch", None), ("plan", "int8-static"))}
+    assert peaks["torch"]["gops"] == pytest.approx(2 * 2.6 * 32)
+    assert peaks["plan"]["gops"] == pytest.approx(2 * 2.6 * 128)
+    res = [{"label": "torch", "mean": {"total_s": 30.0, "estimator_ms_per_call": 1000.0}},
+           {"label": "plan", "mean": {"total_s": 8.0, "estimator_ms_per_call": 250.0}}]
+    table = markdown(res, None, {"gflop_per_call": 83.2, "peak_gflops": 166.4, "peak": "x",
+                                 "peaks": peaks})
+    assert "| estimator G ops/s (83.2 G ops/call: 2 per multiply-add) | 83 | 333 |" in table
+    assert "| estimator / its peak | 50 % | 50 % |" in table
+    assert "(int8, AVX-512 VNNI: 2 x 2.6 GHz x 128 int8 ops/cycle)" in table
+    assert "(fp32 FMA, AVX-512: 2 x 2.6 GHz x 32 FLOP/cycle)" in table
+    # no int8 dot products: the INT8 column has no peak to quote, the fp32 one keeps its own
+    peaks["plan"] = dict(zip(("gops", "peak"), estimator_peak("int8-static", {"avx2", "fma"},
+                                                              "AuthenticAMD", mhz, 2)))
+    table = markdown(res, None, {"gflop_per_call": 83.2, "peaks": peaks})
+    assert "| estimator / its peak | 50 % |  |" in table
+    assert "no int8 dot products" in table
+
+
 def test_backend_specs():
     assert _parse_spec("torch") == ("torch", {})
     assert _parse_spec("openvino") == ("openvino", {"precision": "f32",

@@ -9,8 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from cosyvino.bench_extras import (busy_neighbour, estimator_gflop, fma_peak_gflops,
-                                   measure_ode_steps, neighbour_markdown, ode_markdown)
+from cosyvino.bench_extras import (busy_neighbour, estimator_gflop, estimator_peak,
+                                   fma_peak_gflops, int8_peak_gops, measure_ode_steps,
+                                   neighbour_markdown, ode_markdown)
 
 
 @pytest.mark.parametrize("flags, vendor, per", [
@@ -24,6 +25,32 @@ def test_fma_peak(flags, vendor, per):
     assert gflops == pytest.approx(2 * 2.0 * per)
     assert f"{per} FLOP/cycle" in desc
     assert fma_peak_gflops(flags, vendor, None, 2)[0] is None
+
+
+@pytest.mark.parametrize("flags, vendor, per", [
+    ({"avx512f", "avx512_vnni", "amx_int8"}, "GenuineIntel", 2048),  # AMX: TMUL
+    ({"avx512f", "avx512_vnni"}, "GenuineIntel", 256),  # 4 x the 64 FLOP/cycle FMA peak
+    ({"avx512f", "avx512_vnni"}, "AuthenticAMD", 128),  # Zen 4: 256-bit pipes
+    ({"avx2", "fma", "avx_vnni"}, "GenuineIntel", 128),
+])
+def test_int8_peak(flags, vendor, per):
+    gops, desc = int8_peak_gops(flags, vendor, 2000.0, 2)
+    assert gops == pytest.approx(2 * 2.0 * per)
+    assert f"{per} int8 ops/cycle" in desc
+    assert int8_peak_gops(flags, vendor, None, 2)[0] is None
+
+
+def test_int8_peak_needs_dot_products():
+    gops, desc = int8_peak_gops({"avx2", "fma"}, "AuthenticAMD", 2000.0, 2)
+    assert gops is None and "no int8 dot products" in desc
+
+
+def test_estimator_peak_follows_the_weights():
+    flags = {"avx2", "fma", "avx512f", "avx512_vnni"}
+    assert estimator_peak("int8-static", flags, "GenuineIntel", 2000.0, 1)[0] == 512.0
+    for weights in (None, "fp32", "fp16"):
+        assert estimator_peak(weights, flags, "GenuineIntel", 2000.0, 1) == (
+            128.0, "fp32 FMA, AVX-512: 1 x 2.0 GHz x 64 FLOP/cycle")
 
 
 def test_isa_classes():

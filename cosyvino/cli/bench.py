@@ -266,10 +266,12 @@ def _served_plan(model_dir: str):
 
 
 def _estimator_peak(config, tokens: int, probe, results) -> dict | None:
-    """FLOP of one estimator call at the bench's frame count (torch needed to count them) and
-    the fp32 FMA peak of the threads the backends ran with (:mod:`cosyvino.bench_extras`)."""
+    """FLOP of one estimator call at the bench's frame count (torch needed to count them) and,
+    per backend column, the peak of the threads it ran with for its estimator's precision
+    (:func:`cosyvino.bench_extras.estimator_peak`: int8 dot products for a static INT8
+    estimator, the fp32 FMA peak otherwise)."""
     from cosyvino.bench_extras import (cpu_clock_mhz, cpuinfo_field, estimator_gflop,
-                                       fma_peak_gflops)
+                                       estimator_peak, fma_peak_gflops)
     from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
 
     frames = mel_frames_for_tokens(tokens)
@@ -278,7 +280,13 @@ def _estimator_peak(config, tokens: int, probe, results) -> dict | None:
         return None
     used = [r.get("threads") for r in results if "mean" in r]
     cores = max([t for t in used if t] or [os.cpu_count() or 1])
-    peak, desc = fma_peak_gflops(getattr(probe, "flags", ()), cpuinfo_field("vendor_id") or "",
-                                 cpu_clock_mhz(),
-                                 cores)
-    return {"frames": frames, "gflop_per_call": gflop, "peak_gflops": peak, "peak": desc}
+    flags, vendor = getattr(probe, "flags", ()), cpuinfo_field("vendor_id") or ""
+    mhz = cpu_clock_mhz()
+    peak, desc = fma_peak_gflops(flags, vendor, mhz, cores)
+    peaks = {}
+    for r in results:
+        if "mean" in r:
+            gops, label = estimator_peak(r.get("estimator_weights"), flags, vendor, mhz, cores)
+            peaks[r["label"]] = {"gops": gops, "peak": label}
+    return {"frames": frames, "gflop_per_call": gflop, "peak_gflops": peak, "peak": desc,
+            "peaks": peaks}
