@@ -21,6 +21,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -208,16 +209,33 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def memory_bandwidth_gbs(mb: int = 256, repeats: int = 5) -> float:
-    """Best-of-``repeats`` numpy copy bandwidth in GB/s (bytes read + bytes written)."""
-    src = np.ones(mb * (1 << 20) // 4, dtype=np.float32)
-    dst = np.empty_like(src)
+def memory_bandwidth_gbs(mb: int = 256, repeats: int = 5, threads: int = 1) -> float:
+    """Best-of-``repeats`` numpy copy bandwidth in GB/s (bytes read + bytes written) of
+    ``mb`` MiB split over ``threads`` threads copying at once (``np.copyto`` releases the
+    GIL). One thread does not saturate the bus: on a 2-vCPU AMD Zen 4 VM one thread copied
+    19-22 GB/s and two 20-30 GB/s, so a roofline for a 2-thread decode needs 2 threads."""
+    threads = max(1, int(threads))
+    n = mb * (1 << 20) // 4 // threads
+    srcs = [np.ones(n, dtype=np.float32) for _ in range(threads)]
+    dsts = [np.empty_like(a) for a in srcs]
     best = float("inf")
     for _ in range(repeats):
+        workers = [threading.Thread(target=np.copyto, args=(d, a)) for d, a in zip(dsts, srcs)]
         t = time.perf_counter()
-        np.copyto(dst, src)
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
         best = min(best, time.perf_counter() - t)
-    return 2 * src.nbytes / best / 1e9
+    return 2 * sum(a.nbytes for a in srcs) / best / 1e9
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity set), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def llm_decode_bytes(config, mean_cache_len: float, weight_bytes: int = 4,
@@ -318,10 +336,12 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
     peak = peak_rss_mb()
     # a bandwidth sample for the roofline, taken while this worker's model is loaded and after
     # its peak RSS was read (the copy's buffers would raise it); 64 MB each, past any LLC
-    bandwidth = memory_bandwidth_gbs(mb=64)
+    bw_threads = threads or usable_cpus()  # the backends default to every usable core
+    bandwidth = memory_bandwidth_gbs(mb=64, threads=bw_threads)
     return {"backend": backend, "streaming": streaming, "prompt": prompt, "ode_steps": ode,
             "kernels": kernels() if kernels else None,
             "options": options, "threads": threads, "bandwidth_gbs": bandwidth,
+            "bandwidth_threads": bw_threads,
             "load_s": load_s, "peak_rss_mb": peak, "load_peak_rss_mb": load_peak,
             "rows": rows, "mean": mean,
             "compile_info": info.get("llm") if info else None, "llm_weights": llm_weights,
@@ -384,11 +404,15 @@ def roofline(config, results: list[dict], tokens: int,
     """LLM decode roofline per backend column: bytes read per token
     (:func:`llm_decode_bytes` at the column's weight and KV-cache precision, mean cache length
     of the run) over the best copy bandwidth sampled during the run: ``bandwidth_gbs`` (None:
-    measured now) and each worker's own sample (``bandwidth_gbs`` in its result). The best,
+    measured now, with as many threads as the columns ran) and each worker's own sample
+    (``bandwidth_gbs`` in its result, with its backend's threads). The best,
     not the latest: a VM's bandwidth drifts with its neighbours (20.7-26.4 GB/s in two runs an
     hour apart on one AMD Zen 4 VM), and one low sample moved the printed measured/roofline
     ratio from ~2.1x to 1.5x; the best sample is what the memory bus gave this run."""
-    samples = [memory_bandwidth_gbs() if bandwidth_gbs is None else bandwidth_gbs]
+    if bandwidth_gbs is None:
+        used = [r.get("bandwidth_threads") or r.get("threads") for r in results]
+        bandwidth_gbs = memory_bandwidth_gbs(threads=max([t for t in used if t] or [1]))
+    samples = [bandwidth_gbs]
     samples += [r["bandwidth_gbs"] for r in results if r.get("bandwidth_gbs")]
     bw = max(samples)
     prefix = np.mean([row["text_tokens"] for r in results if "rows" in r

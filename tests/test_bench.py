@@ -31,6 +31,7 @@ def test_decode_bytes_count_every_llm_weight():
 
 def test_bandwidth_is_positive():
     assert memory_bandwidth_gbs(mb=8, repeats=2) > 0.1
+    assert memory_bandwidth_gbs(mb=8, repeats=2, threads=2) > 0.1
 
 
 def test_roofline_takes_the_best_bandwidth_sample_of_the_run():
