@@ -212,8 +212,8 @@ def peak_rss_mb() -> float:
 def memory_bandwidth_gbs(mb: int = 256, repeats: int = 5, threads: int = 1) -> float:
     """Best-of-``repeats`` numpy copy bandwidth in GB/s (bytes read + bytes written) of
     ``mb`` MiB split over ``threads`` threads copying at once (``np.copyto`` releases the
-    GIL). One thread does not saturate the bus: on a 2-vCPU AMD Zen 4 VM one thread copied
-    19-22 GB/s and two 20-30 GB/s, so a roofline for a 2-thread decode needs 2 threads."""
+    GIL). One thread need not saturate the bus, so a roofline for a decode on N threads
+    samples with N (docs/performance.md, "Stages against their bounds")."""
     threads = max(1, int(threads))
     n = mb * (1 << 20) // 4 // threads
     srcs = [np.ones(n, dtype=np.float32) for _ in range(threads)]
@@ -405,10 +405,10 @@ def roofline(config, results: list[dict], tokens: int,
     (:func:`llm_decode_bytes` at the column's weight and KV-cache precision, mean cache length
     of the run) over the best copy bandwidth sampled during the run: ``bandwidth_gbs`` (None:
     measured now, with as many threads as the columns ran) and each worker's own sample
-    (``bandwidth_gbs`` in its result, with its backend's threads). The best,
-    not the latest: a VM's bandwidth drifts with its neighbours (20.7-26.4 GB/s in two runs an
-    hour apart on one AMD Zen 4 VM), and one low sample moved the printed measured/roofline
-    ratio from ~2.1x to 1.5x; the best sample is what the memory bus gave this run."""
+    (``bandwidth_gbs`` in its result, with its backend's threads). The best, not the latest:
+    a VM's bandwidth drifts with its neighbours, and a single low sample made the printed
+    measured/roofline ratio look better than the decode was (docs/performance.md, "Stages
+    against their bounds"); the best sample is what the memory bus gave during this run."""
     if bandwidth_gbs is None:
         used = [r.get("bandwidth_threads") or r.get("threads") for r in results]
         bandwidth_gbs = memory_bandwidth_gbs(threads=max([t for t in used if t] or [1]))
@@ -477,7 +477,7 @@ def markdown(results: list[dict], roof: dict | None, estimator: dict | None = No
         peaks = [estimator.get("peaks", {}).get(r["label"], {}) for r in ok]
         if any(p.get("gops") for p in peaks):
             # each column against the peak of its estimator's precision: an INT8 estimator
-            # over the fp32 FMA peak read 199 % on AMD Zen 4
+            # over the fp32 FMA peak read well above 100 %
             lines.append("| estimator peak G ops/s (its precision) | " + " | ".join(
                 f"{p['gops']:.0f} ({p['peak']})" if p.get("gops") else p.get("peak", "")
                 for p in peaks) + " |")

@@ -62,7 +62,7 @@ def int8_peak_gops(flags, vendor: str, mhz: float | None, cores: int) -> tuple[f
     elif "avx512_vnni" in flags and "avx512f" in flags:
         key = "avx512_amd" if vendor == "AuthenticAMD" else "avx512"
         per, isa = FMA_FLOP_PER_CYCLE[key] * VNNI_OPS_PER_FMA_FLOP, "AVX-512 VNNI"
-    elif "avx_vnni" in flags or "avx512_vnni" in flags:
+    elif "avx_vnni" in flags:
         per, isa = FMA_FLOP_PER_CYCLE["avx2"] * VNNI_OPS_PER_FMA_FLOP, "AVX VNNI"
     else:
         return None, "no int8 dot products (VNNI/AMX)"
