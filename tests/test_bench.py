@@ -298,3 +298,29 @@ def test_plan_column_runs_what_the_planner_serves(tiny_model_dir, tmp_path, monk
         (expected.backend, expected.model_dir, threads, opts, [5, 3])] * 2
     bad = CliRunner().invoke(main, ["bench", "--model-dir", tiny_model_dir, "--ode-steps", "0"])
     assert bad.exit_code == 2 and "--ode-steps" in bad.output
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_bench_warns_when_the_host_is_busy_as_it_starts(tiny_model_dir, tmp_path, monkeypatch,
+                                                        busy):
+    """Other processes loading the CPUs before the first column: a warning on stderr, in the
+    table's header and in the JSON (a trial's numbers were taken under a CI run unwarned)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from cosyvino.cli.main import main
+
+    monkeypatch.setattr("cosyvino.planner.rules.host_busy", lambda probe: busy)
+    monkeypatch.setattr("cosyvino.bench.run_backend_subprocess",
+                        lambda backend, *a, **kw: {"backend": backend, "error": "not run"})
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(main, ["bench", "--backends", "torch", "--model-dir",
+                                    tiny_model_dir, "--json-out", str(out)])
+    assert res.exit_code == 1  # the faked column "failed"
+    warning = json.loads(out.read_text())["busy_host_warning"]
+    if busy:
+        assert warning.startswith("warning: load average ") and "other processes" in warning
+        assert warning in res.output
+    else:
+        assert warning is None and "load average" not in res.output

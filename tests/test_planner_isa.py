@@ -28,10 +28,11 @@ SCOPES = {"estimator": {"mean_snr_db": 51.7, "min_snr_db": 50.1},
           "flow_encoder": {"mean_snr_db": 72.7, "min_snr_db": 71.0}}
 
 
-def _quant(model, preset, machine=None, floors=None, source=None):
+def _quant(model, preset, machine=None, floors=None, source=None, report=True):
     q = {"preset": preset, "source_converted_dir": source or str(model / "openvino"),
-         "source_manifest_sha256": SHA,
-         "accuracy": {"audio": {"overall": "end_to_end", "scopes": SCOPES}}}
+         "source_manifest_sha256": SHA}
+    if report:
+        q["accuracy"] = {"audio": {"overall": "end_to_end", "scopes": SCOPES}}
     if machine is not None:
         q["machine"] = machine
     if floors is not None:
@@ -40,7 +41,7 @@ def _quant(model, preset, machine=None, floors=None, source=None):
 
 
 def _model(tmp_path, *, int8=True, int8_llm=False, fp32=True, machine=None, floors=None,
-           source=None):
+           source=None, report=True):
     """tmp_path/model with openvino/ (fp32), openvino-int8/, openvino-int8-llm/ as asked."""
     model = tmp_path / "model"
     model.mkdir()
@@ -49,7 +50,7 @@ def _model(tmp_path, *, int8=True, int8_llm=False, fp32=True, machine=None, floo
         trees.write_ov_dir(model / "openvino", FP32)
     if int8:
         trees.write_ov_dir(model / "openvino-int8", INT8,
-                           _quant(model, "int8", machine, floors, source))
+                           _quant(model, "int8", machine, floors, source, report))
     if int8_llm:
         trees.write_ov_dir(model / "openvino-int8-llm", INT8_LLM,
                            _quant(model, "int8-llm-only", machine, source=source))
@@ -198,6 +199,18 @@ def test_quantized_on_another_kind_of_machine_warns(tmp_path):
     warning = next(w for w in plan.warnings if "another kind" in w)
     assert "AMD EPYC 9B14" in warning and "(amx)" in warning
     assert "re-run `cosyvino quantize` here" in warning
+
+
+def test_quantized_without_an_audio_report(tmp_path):
+    """`cosyvino quantize --eval-per-language 0`: the machine is recorded, no SNR is; the
+    reason says nothing was measured (it read "no accuracy report recorded, measured by ...")."""
+    model = _model(tmp_path, report=False, machine={"cpu_model": "AMD EPYC 9B14",
+                                                    "flags": ZEN4_FLAGS, "kind": "avx512-bf16"})
+    d = _plan(trees.zen4_2c, tmp_path, model).decision("int8_accuracy")
+    assert d["value"] == "same kind"
+    assert d["reason"].startswith("no accuracy report recorded, quantized on AMD EPYC 9B14 "
+                                  "(kind avx512-bf16) without an audio report")
+    assert "measured by" not in d["reason"]
 
 
 def test_kind_comes_from_the_recorded_flags(tmp_path):

@@ -261,9 +261,11 @@ def test_llm_weights_int4_in_the_int8_preset(converted_dir, calib_two, tmp_path,
     assert st["text_encoder"]["precision"] == "int8-weights"
     assert st["estimator"]["precision"] == "int8-static"
     manifest = validate_converted_dir(out)
-    # the static stages' capture keeps no LLM utterances: no stage would read them
-    assert manifest["quantization"]["capture"]["limits"]["llm_sequences"] == 0
-    assert manifest["quantization"]["capture"]["limits"]["estimator"] == 2
+    # the static stages' capture keeps no LLM utterances and, with HiFT fp32, no vocoder
+    # inputs: no stage would read them
+    kept = manifest["quantization"]["capture"]["limits"]
+    assert kept["llm_sequences"] == 0 and kept["vocoder"] == 0
+    assert kept["estimator"] == 2 and kept["flow_encoder"] > 0
     files = manifest["files"]
     assert files["llm.bin"]["precision"] == "int4-weights"
     assert files["text_encoder.bin"]["precision"] == "int8-weights"
@@ -293,6 +295,13 @@ def test_cli_llm_weights_int4_data_free(converted_dir, tmp_path):
     assert llm["precision"] == "int4-weights" and llm["data_aware"] is False
     assert llm["data_free_reason"] == "awq and scale estimation off"  # as in every preset
     assert "capture" not in read_manifest(str(out))["quantization"]  # data-free: no capture
+    # the text summary does not claim an accuracy measurement that --eval-per-language 0 skipped
+    res = CliRunner().invoke(main, ["quantize", "--model-dir", src, "--preset",
+                                    "int8-llm-only", "--llm-weights", "int4", "--data-free",
+                                    "--eval-per-language", "0", "--out", str(tmp_path / "t")])
+    assert res.exit_code == 0, res.output
+    assert "accuracy measured on" not in res.stdout
+    assert "quantized on: " in res.stdout and "(no accuracy measured)" in res.stdout
 
 
 @pytest.mark.parametrize("args, named", [

@@ -126,7 +126,16 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, 
     vocoder ms, RTF, first-segment latency, peak RSS, load time, LLM decode roofline; and,
     streamed, first-chunk latency p50/p95, streaming RTF and underrun per hop schedule; and,
     on a model with prompt models, a 5 s prompt's processing cost (intake, embedding, speech
-    tokens, mel) and a zero-shot request with the prompt vs a registered voice."""
+    tokens, mel) and a zero-shot request with the prompt vs a registered voice.
+
+    \b
+    LLM roofline: bytes read per token (weights + mean KV cache, at each column's
+      precision) / the best copy bandwidth (read + written) sampled during the run with
+      the backends' thread count; "measured / roofline" is how far decoding is from it.
+    Estimator G ops/s: 2 x multiply-adds per call / time per call, beside the peak of its
+      precision (fp32 FMA, or int8 dot products for a static INT8 estimator) at the nominal
+      clock: boost clocks run above it.
+    A warning line says when other processes loaded the CPUs as the bench started."""
     from cosyvino.bench import TEXTS, markdown, roofline, run_backend_subprocess
     from cosyvino.bench_extras import (busy_neighbour, kernels_line, neighbour_markdown,
                                        ode_markdown)
@@ -135,6 +144,9 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, 
 
     model_dir = os.path.abspath(model_dir or ensure_default_model())
     steps = _parse_steps(ode_steps)
+    busy = _busy_host_warning()
+    if busy:
+        click.echo(busy, err=True)
     specs = [s.strip() for s in (backends or default_backends()).split(",") if s.strip()]
     plan = _served_plan(model_dir) if "plan" in specs else None
     parsed = []
@@ -180,7 +192,7 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, 
     if any("mean" in r for r in results):
         est = _estimator_peak(read_model_config(os.path.join(model_dir, "cosyvoice.yaml")),
                               tokens, probe, results)
-    head = [f"CPU: {cpu}"]
+    head = [f"CPU: {cpu}"] + ([busy] if busy else [])
     if plan is not None:
         head.append(f"plan = {plan.backend} on {plan.model_dir}, options "
                     f"{json.dumps(plan.backend_options, sort_keys=True)}")
@@ -195,6 +207,7 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, 
                                                "model_dir": plan.model_dir,
                                                "backend_options": plan.backend_options},
             "cpu_count": os.cpu_count(), "results": results, "roofline": roof,
+            "busy_host_warning": busy,
             "markdown": table}
     if json_out:
         with open(json_out, "w", encoding="utf-8") as f:
@@ -263,6 +276,22 @@ def _served_plan(model_dir: str):
     from cosyvino.planner import make_plan, probe
 
     return make_plan(probe(model_dir=model_dir), model_dir=model_dir)
+
+
+def _busy_host_warning() -> str | None:
+    """A warning when other processes load the CPUs as the bench starts (the planner's
+    :func:`cosyvino.planner.rules.host_busy`: the 1-minute load average and, where the probe
+    sampled it, the load right now); checked before the first column, whose own load would
+    count afterwards. None on a quiet host."""
+    from cosyvino.planner.rules import host_busy
+    from cosyvino.planner.topology import probe_topology
+
+    p = probe_topology()
+    if not host_busy(p):
+        return None
+    return (f"warning: load average {p.loadavg_1m:g} on {len(p.online_cpus)} online CPUs as "
+            "the bench started: other processes are busy here, so every time and bandwidth "
+            "sample below includes their load (compare columns of one run, not runs)")
 
 
 def _estimator_peak(config, tokens: int, probe, results) -> dict | None:

@@ -83,7 +83,9 @@ def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
                    "inputs). int4-llm: LLM INT4 weight-only (AWQ + scale estimation on "
                    "captured LLM inputs), rest fp32.")
 @click.option("--hift", type=click.Choice(["fp32", "int8"]), default="fp32", show_default=True,
-              help="HiFT vocoder: fp32, or static INT8 (vocoders are sensitive; check SNR).")
+              help="HiFT vocoder: float (fp32 compute; the int8 preset stores its weights in "
+                   "fp16, docs/quantization.md), or static INT8 (vocoders are sensitive; check "
+                   "SNR).")
 @click.option("--int8-weights", type=click.Choice(["auto", "asym", "sym"]), default="auto",
               show_default=True,
               help="INT8 weight-only stages (LLM, text encoder): per-channel scale + zero point "
@@ -257,7 +259,10 @@ def quantize(model_dir, calib, preset, hift, int8_weights, llm_weights, out_dir,
     from cosyvino.quantize.floors import describe_floor
     from cosyvino.quantize.machine import describe
 
-    click.echo(f"accuracy measured on: {describe(summary['machine'])}")
+    if summary.get("accuracy"):
+        click.echo(f"accuracy measured on: {describe(summary['machine'])}")
+    else:  # `--eval-per-language 0`: the machine is still recorded, nothing was measured
+        click.echo(f"quantized on: {describe(summary['machine'])} (no accuracy measured)")
     for group, verdict in summary["floors"].items():
         warn = verdict["verdict"] in ("refused", "kept", "unmeasured")
         click.echo(("warning: " if warn else "") + describe_floor(group, verdict))

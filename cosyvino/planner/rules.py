@@ -400,11 +400,12 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                                                  for s in INT8_COMPUTE_STAGES)
     if quantized and compute == "fp32" and "bf16" in caps.precisions and not override:
         prec["vocoder"] = "bf16"
+        llm_label = f"{llm_w.upper()} LLM" if llm_w in ("int8", "int4") else "LLM"
         log.decide("vocoder_precision", "bf16",
                    f"a quantized dir is served (its audio is already not bit-exact to fp32): "
                    f"HiFT in bf16 on {unit} measured ~2x faster at ~47 dB SNR vs fp32; the "
-                   "INT8 LLM keeps f32 activations, measured faster than bf16 for it "
-                   "(docs/performance.md)")
+                   f"{llm_label} keeps f32 activations, measured faster than bf16 for the "
+                   "INT8 LLM (docs/performance.md)")
     if prec.get("vocoder") == "bf16" and prec.get("estimator") == "int8":
         prec["estimator_activations"] = "bf16"
         log.decide("estimator_activations", "bf16",
@@ -417,13 +418,18 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                    "CPUs with AVX-512 VNNI/BF16 (docs/performance.md): f32 here")
     elif quantized and compute == "fp32" and not override:
         prec["kv_cache"] = "u8"
-        int4 = (" With this dir's INT4 LLM the u8 cache measured 0.95x the f32 cache's decode "
-                "step (AMD Zen 4, one A/B)." if llm_w == "int4" else "")
-        log.decide("kv_cache_precision", "u8",
-                   "a quantized dir is served: for the INT8 LLM a u8 KV cache measured 29.2 "
+        if llm_w == "int4":
+            why = ("a quantized dir is served: with its INT4 LLM a u8 KV cache took 0.95x the "
+                   "time of an f32 cache per decode step, logp within 4.5e-4 of it (AMD Zen 4, "
+                   "one interleaved A/B); with the INT8 LLM u8 measured 29.2 vs 32.8 ms/token, "
+                   "top-1 agreement with fp32 1.000 either way; and a quarter of the memory "
+                   "(docs/performance.md)")
+        else:
+            why = ("a quantized dir is served: for the INT8 LLM a u8 KV cache measured 29.2 "
                    "ms/token vs 32.8 with f32, top-1 agreement with fp32 1.000 either way "
                    "(mean KL 7.7e-8 with u8 vs 7.3e-8 with f32), and less memory "
-                   "(docs/performance.md)." + int4)
+                   "(docs/performance.md)")
+        log.decide("kv_cache_precision", "u8", why)
     return prec
 
 
@@ -525,8 +531,11 @@ def _quantized_accuracy(probe: Probe, served: str, prec: dict, log: _Log) -> Non
     flags = machine.get("flags")
     there = machine_kind(flags) if isinstance(flags, list) else str(machine.get("kind"))
     where = f"{machine.get('cpu_model') or 'unknown CPU'} (kind {there})"
+    origin = (f"measured by `cosyvino quantize` on {where}" if snrs else
+              f"quantized on {where} without an audio report (`--eval-per-language 0`): "
+              "its INT8 stages were not checked against their floors")
     log.decide("int8_accuracy", "same kind" if there == here else f"measured on {there}",
-               f"{measured}, measured by `cosyvino quantize` on {where}; this CPU: kind {here}")
+               f"{measured}, {origin}; this CPU: kind {here}")
     if there != here:
         log.warnings.append(f"{served} was quantized and its accuracy measured on {where}, "
                             f"another kind of machine than this one ({here}): int8 kernels "

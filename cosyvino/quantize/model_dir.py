@@ -54,6 +54,9 @@ FAMILY = "cosyvoice1"
 #: vocoder item) or of its data-aware INT4 (``llm``: whole utterances of the stateful IR)
 CAPTURE_GROUPS = {"estimator": "estimator", "flow_encoder": "flow_encoder",
                   "hift_decode": "vocoder", "hift_f0": "vocoder", "llm": "llm"}
+#: capture group -> the :class:`.capture.CaptureLimits` field that bounds it
+CAPTURE_LIMIT_FIELDS = {"estimator": "estimator", "flow_encoder": "flow_encoder",
+                        "vocoder": "vocoder", "llm": "llm_sequences"}
 
 
 #: float stages the ``int8`` preset stores with fp16 weights (compute stays f32, or bf16 where
@@ -329,15 +332,17 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     try:
         data_aware = [g for g, ws in weight_plan.items() if bool(calib_texts)
                       and ws.is_int4 and (ws.awq or ws.scale_estimation) and g in CAPTURE_GROUPS]
-        need_capture = bool(static_stages) or bool(data_aware)
+        # the capture groups some stage reads: static INT8 stages and data-aware INT4 weights
+        read = {CAPTURE_GROUPS[g] for g in [*static_stages, *data_aware]}
+        need_capture = bool(read)
         capture = None
         if need_capture:
             ref_stages = backend.load(src_dir, num_threads=num_threads, **F32_OPTIONS)
             say(f"capturing stage inputs: {len(calib_texts)} calibration texts, seed {seed}")
-            if not static_stages:  # INT4 LLM only: the LLM inputs are all it needs
-                limits = replace(limits, estimator=0, flow_encoder=0, vocoder=0)
-            if not data_aware:  # INT8 or data-free INT4 weights: no stage reads LLM inputs
-                limits = replace(limits, llm_sequences=0)
+            # keep nothing that no stage reads (e.g. vocoder inputs with --hift fp32, LLM
+            # inputs with INT8 or data-free INT4 weights)
+            limits = replace(limits, **{field: 0 for group, field in CAPTURE_LIMIT_FIELDS.items()
+                                        if group not in read})
             capture = capture_calibration(src_dir, calib_texts, seed=seed, limits=limits,
                                           stages=ref_stages, show_progress=show_progress,
                                           speech_tokens=speech_tokens)
