@@ -67,7 +67,9 @@ def test_choose_latency_keeps_the_step_within_the_ratio():
     assert "8 rows: ~2.17x" in why and "test" in why
     assert choose_llm_batch(cost, "latency", 2)[0] == 2        # the backend's cap
     assert choose_llm_batch(cost, "latency", 1)[0] == 1
-    assert choose_llm_batch(StepCost(1.0, 5.0, "t"), "latency", 64)[0] == 1   # compute-bound
+    b, why = choose_llm_batch(StepCost(1.0, 5.0, "t"), "latency", 64)   # compute-bound
+    assert b == 1 and "1 row per step (2 rows: ~" in why
+    assert "1 rows" not in why  # no "a step of 1 rows ~1.00x a 1-row step"
     with pytest.raises(ValueError, match="goal"):
         choose_llm_batch(cost, "fastest", 4)
 

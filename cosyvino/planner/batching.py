@@ -175,10 +175,13 @@ def choose_llm_batch(cost: StepCost, goal: str, cap: int) -> tuple[int, str]:
         if not ok:
             break
         best = nxt
-    shape = (f"a step of {best} rows ~{cost.ratio(best):.2f}x a 1-row step, "
-             f"{cost.tokens_per_s(best) / cost.tokens_per_s(1):.2f}x its tokens/s, "
-             f"~{cost.request_gain(best):.2f}x the requests/s (LLM ~"
-             f"{LLM_WORK_FRACTION:.0%} of a request's work)")
+    if best == 1:  # nothing to compare a lone step with
+        shape = "1 row per step"
+    else:
+        shape = (f"a step of {best} rows ~{cost.ratio(best):.2f}x a 1-row step, "
+                 f"{cost.tokens_per_s(best) / cost.tokens_per_s(1):.2f}x its tokens/s, "
+                 f"~{cost.request_gain(best):.2f}x the requests/s (LLM ~"
+                 f"{LLM_WORK_FRACTION:.0%} of a request's work)")
     if goal == "latency":
         why = (f"latency: the largest batch whose step costs <= {LATENCY_STEP_RATIO:g}x a lone "
                f"step: {shape}")
