@@ -132,7 +132,7 @@ def test_zen3_keeps_the_int8_llm_when_a_dir_has_it(tmp_path):
     assert plan.decision("int8_compute")["value"] == "not served: openvino-int8-llm"
     assert "LLM keeps INT8 weights" in _reason(plan, "int8_compute")
     assert plan.precision["llm_weights"] == "int8"
-    assert "needs no int8 dot products" in _reason(plan, "llm_weights")
+    assert "without int8 dot products the weights are widened" in _reason(plan, "llm_weights")
     assert plan.precision["estimator"] == plan.precision["flow"] == "fp32"
     # the u8 KV cache was measured on AVX-512 machines only: f32 here, and the plan says so
     assert plan.backend_options["kv_cache_precision"] == "f32"
@@ -176,6 +176,7 @@ def test_int8_is_served_where_the_cpu_has_dot_products(tmp_path, builder, unit):
                               "estimator": "int8", "vocoder": "bf16", "kv_cache": "u8",
                               "estimator_activations": "bf16"}
     assert f"the CPU has {unit} dot products" in _reason(plan, "estimator_precision")
+    assert "quantizes the activations per group of 128" in _reason(plan, "llm_weights")
     assert plan.backend_options["kv_cache_precision"] == "u8"
 
 
@@ -206,11 +207,13 @@ def test_quantized_without_an_audio_report(tmp_path):
     reason says nothing was measured (it read "no accuracy report recorded, measured by ...")."""
     model = _model(tmp_path, report=False, machine={"cpu_model": "AMD EPYC 9B14",
                                                     "flags": ZEN4_FLAGS, "kind": "avx512-bf16"})
-    d = _plan(trees.zen4_2c, tmp_path, model).decision("int8_accuracy")
-    assert d["value"] == "same kind"
+    plan = _plan(trees.zen4_2c, tmp_path, model)
+    d = plan.decision("int8_accuracy")
+    assert d["value"] == "not checked"
     assert d["reason"].startswith("no accuracy report recorded, quantized on AMD EPYC 9B14 "
                                   "(kind avx512-bf16) without an audio report")
     assert "measured by" not in d["reason"]
+    assert any("never checked against the accuracy floors" in w for w in plan.warnings)
 
 
 def test_kind_comes_from_the_recorded_flags(tmp_path):

@@ -249,11 +249,16 @@ def test_llm_weights_int4_in_the_int8_preset(converted_dir, calib_two, tmp_path,
     monkeypatch.setattr(model_dir, "quantize_static",
                         lambda xml, stage, samples, settings: ov.Core().read_model(xml))
     src = converted_dir(TINY_A)
+    said = []
     out, summary = quantize_model_dir(
         src, str(tmp_path / "int8-int4llm"), preset="int8", llm_weights="int4",
         int4=WeightSettings("INT4_SYM", awq=False, scale_estimation=False),
         calib_texts=calib_two[:1], speech_tokens=8,
-        limits=CaptureLimits(estimator=2, llm_sequences=1, llm_steps=1), show_progress=False)
+        limits=CaptureLimits(estimator=2, llm_sequences=1, llm_steps=1), show_progress=False,
+        progress=said.append)
+    captured = next(m for m in said if m.startswith("captured "))
+    assert "2 estimator calls" in captured and "LLM utterances" not in captured
+    assert "(not needed here: llm, vocoder)" in captured
     st = summary["stages"]
     assert st["llm"]["precision"] == "int4-weights" and st["llm"]["mode"] == "INT4_SYM"
     assert st["llm"]["data_aware"] is False
@@ -302,6 +307,18 @@ def test_cli_llm_weights_int4_data_free(converted_dir, tmp_path):
     assert res.exit_code == 0, res.output
     assert "accuracy measured on" not in res.stdout
     assert "quantized on: " in res.stdout and "(no accuracy measured)" in res.stdout
+    # a dir outside the model's preset sub-dirs is named on synth
+    assert f"use it: cosyvino synth --backend openvino --model-dir {tmp_path / 't'}" in res.stdout
+
+
+def test_cli_use_it_points_at_the_plan_for_a_preset_dir(tmp_path):
+    """A preset's own sub-dir is found by the planner: the hint is a new plan (naming the
+    backend on synth dropped the plan's KV-cache and stage precisions)."""
+    from cosyvino.cli.quantize import _use_it
+
+    line = _use_it(str(tmp_path / "model" / "openvino-int8"))
+    assert line.startswith(f"use it: cosyvino plan --model-dir {tmp_path / 'model'} ")
+    assert "--backend" not in line
 
 
 @pytest.mark.parametrize("args, named", [

@@ -52,6 +52,20 @@ def _parse_floors(ctx, param, values):
     return out
 
 
+def _use_it(out: str) -> str:
+    """How to use the written dir. A dir the planner finds by itself (a preset's sub-dir of
+    the model dir) is best served through a new plan: naming the backend on `synth` would
+    drop the plan's KV-cache and stage precisions (found by a fresh-user trial)."""
+    from cosyvino.quantize.model_dir import DEFAULT_SUBDIR
+
+    out = os.path.abspath(out)
+    if os.path.basename(out) in DEFAULT_SUBDIR.values():
+        return (f"use it: cosyvino plan --model-dir {os.path.dirname(out)} (the plan serves "
+                "the fastest dir for this CPU with its KV cache and stage precisions), then "
+                "cosyvino serve, or cosyvino synth TEXT")
+    return f"use it: cosyvino synth --backend openvino --model-dir {out} TEXT"
+
+
 def _resolve_floors(floors: dict, preset: str, hift: str) -> dict:
     """A bare floor (:data:`ALL_FLOORS`) -> each floored stage ``preset`` / ``hift``
     quantize statically (a floor for a stage left unquantized is an error of the API)."""
@@ -267,5 +281,5 @@ def quantize(model_dir, calib, preset, hift, int8_weights, llm_weights, out_dir,
         warn = verdict["verdict"] in ("refused", "kept", "unmeasured")
         click.echo(("warning: " if warn else "") + describe_floor(group, verdict))
     click.echo(f"wrote {out} in {summary['seconds']:.1f} s")
-    click.echo(f"use it: cosyvino synth --backend openvino --model-dir {out} TEXT")
+    click.echo(_use_it(out))
     return out

@@ -353,12 +353,18 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
     prec: dict[str, str] = {}
     llm_w = on_disk.get("llm", "fp32")
     prec["llm_weights"] = llm_w
+    dots = ("with int8 dot products here, OpenVINO quantizes the activations per group of "
+            "128 and multiplies in int8" if int8_dot_products(probe.flags) else
+            "without int8 dot products the weights are widened to f32 before the multiply")
     log.decide("llm_weights", llm_w,
-               f"{llm_w.upper()} LLM weights found on disk (decoding is memory-bound: fewer "
-               "bytes/token; weight-only, widened before the multiply, so it needs no int8 "
-               "dot products)" if llm_w in ("int8", "int4")
+               f"{llm_w.upper()} LLM weights found on disk (a one-row decode step reads every "
+               f"weight: fewer bytes per token; weight-only: {dots})" if llm_w in ("int8", "int4")
                else f"{llm_w} IRs on disk (no INT8/INT4 LLM variant found)")
     unit = "AMX" if probe.amx_bf16 else "AVX512_BF16"
+    # a quantized dir's audio is not the reference's anyway: say what f32 keeps there
+    parity = ("fp32 keeps the float stages at the reference (and the INT8 LLM measured faster "
+              "with f32 than bf16 activations)" if {"int8", "int4"} & set(on_disk.values())
+              else "fp32 keeps reference parity")
     if override and fp32_only and override != "fp32":
         log.warnings.append(f"--precision {override} ignored: the {backend} backend computes "
                             "in fp32 only on this CPU")
@@ -371,12 +377,11 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
             c.get("bf16") and c.get("status") == "ok" for c in tuned.get("candidates", ())):
         compute = "fp32"
         why = (f"CPU can do bf16 ({unit}), but --tune measured bf16 not >= 5 % faster than "
-               "fp32 here (see [tuning]): fp32 keeps reference parity; `--precision bf16` "
-               "forces it")
+               f"fp32 here (see [tuning]): {parity}; `--precision bf16` forces it")
     elif "bf16" in caps.precisions:
         compute = "fp32"
         why = (f"CPU can do bf16 ({unit}) and OpenVINO would pick it by default, but bf16 "
-               "has not been measured faster on this machine: fp32 keeps reference parity; "
+               f"has not been measured faster on this machine: {parity}; "
                "`cosyvino plan --tune` measures bf16, `--precision bf16` forces it")
     else:
         compute, why = "fp32", "no AMX/AVX512_BF16: fp32 (bf16 would be emulated, slower)"
@@ -400,12 +405,10 @@ def _precision(probe: Probe, backend: str, caps: Capabilities, tuned: dict | Non
                                                  for s in INT8_COMPUTE_STAGES)
     if quantized and compute == "fp32" and "bf16" in caps.precisions and not override:
         prec["vocoder"] = "bf16"
-        llm_label = f"{llm_w.upper()} LLM" if llm_w in ("int8", "int4") else "LLM"
         log.decide("vocoder_precision", "bf16",
                    f"a quantized dir is served (its audio is already not bit-exact to fp32): "
-                   f"HiFT in bf16 on {unit} measured ~2x faster at ~47 dB SNR vs fp32; the "
-                   f"{llm_label} keeps f32 activations, measured faster than bf16 for the "
-                   "INT8 LLM (docs/performance.md)")
+                   f"HiFT in bf16 on {unit} measured ~2x faster at ~47 dB SNR vs fp32 "
+                   "(docs/performance.md)")
     if prec.get("vocoder") == "bf16" and prec.get("estimator") == "int8":
         prec["estimator_activations"] = "bf16"
         log.decide("estimator_activations", "bf16",
@@ -534,8 +537,14 @@ def _quantized_accuracy(probe: Probe, served: str, prec: dict, log: _Log) -> Non
     origin = (f"measured by `cosyvino quantize` on {where}" if snrs else
               f"quantized on {where} without an audio report (`--eval-per-language 0`): "
               "its INT8 stages were not checked against their floors")
-    log.decide("int8_accuracy", "same kind" if there == here else f"measured on {there}",
-               f"{measured}, {origin}; this CPU: kind {here}")
+    if not snrs:
+        log.decide("int8_accuracy", "not checked", f"{measured}, {origin}; this CPU: kind {here}")
+        log.warnings.append(f"{served}: its INT8 {', '.join(stages)} were never checked against "
+                            "the accuracy floors (quantized with --eval-per-language 0): re-run "
+                            "`cosyvino quantize` with an audio report before serving it")
+    else:
+        log.decide("int8_accuracy", "same kind" if there == here else f"measured on {there}",
+                   f"{measured}, {origin}; this CPU: kind {here}")
     if there != here:
         log.warnings.append(f"{served} was quantized and its accuracy measured on {where}, "
                             f"another kind of machine than this one ({here}): int8 kernels "

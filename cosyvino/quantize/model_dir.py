@@ -347,10 +347,16 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                                           stages=ref_stages, show_progress=show_progress,
                                           speech_tokens=speech_tokens)
             cs = capture.summary()
-            say(f"captured {cs['estimator']} estimator calls (Euler steps "
-                f"{cs['estimator_steps']}), {cs['flow_encoder']} flow-encoder calls, "
-                f"{cs['llm_sequences']} LLM utterances ({cs['llm_items']} items), "
-                f"{cs['vocoder']} vocoder segments; {cs['bytes'] / 1e6:.0f} MB")
+            parts = {"estimator": f"{cs['estimator']} estimator calls (Euler steps "
+                                  f"{cs['estimator_steps']})",
+                     "flow_encoder": f"{cs['flow_encoder']} flow-encoder calls",
+                     "llm": f"{cs['llm_sequences']} LLM utterances ({cs['llm_items']} items)",
+                     "vocoder": f"{cs['vocoder']} vocoder segments"}
+            # name what was not kept as such, so that a 0 does not read as a failed capture
+            unread = [g.replace("_", " ") for g in parts if g not in read]
+            say("captured " + ", ".join(v for g, v in parts.items() if g in read)
+                + (f" (not needed here: {', '.join(unread)})" if unread else "")
+                + f"; {cs['bytes'] / 1e6:.0f} MB")
         files, stage_stats = {}, {}
 
         def xml(stage: str) -> str:
