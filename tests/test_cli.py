@@ -250,7 +250,9 @@ def test_synth_uses_the_plan_unless_flags_override(tiny_model_dir, tmp_path, mon
             "Hello."]
     r = _synth([*base, "-o", str(tmp_path / "a.wav")])
     assert r.exit_code == 0, r.output
-    assert f"cosyvino synth: backend torch, threads 1 (plan {plan})" in r.stderr
+    assert (f"cosyvino synth: backend torch, threads 1 (plan {plan}); model dir "
+            f"{tiny_model_dir}") in r.stderr
+    assert "voice: " in r.stderr and "-s picks another" in r.stderr  # no -s: said which
     stats = json.loads(r.stdout)
     assert stats["threads"] == 1 and stats["settings_source"] == f"plan {plan}"
     r = _synth([*base, "--threads", "2", "-o", str(tmp_path / "b.wav")])

@@ -437,11 +437,13 @@ def _synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_schedule
         click.echo(f"note: {note}", err=True)
     _check_before_load(run["model_dir"], None if source_audio is not None else text, voice,
                        voices_dir)
-    click.echo(f"cosyvino {command}: {_describe(run)}", err=True)
+    click.echo(f"cosyvino {command}: {_describe(run)}; model dir "
+               f"{run['model_dir'] or 'the embedded default'}", err=True)
     synth_ = _synthesizer(run, voices_dir)
     prompted = prompt_audio is not None or source_audio is not None
     if voice is None and not prompted and synth_.speakers:
         voice = synth_.speakers[0]
+        click.echo(f"voice: {voice} (the model's first speaker; -s picks another)", err=True)
     options = dict(speed=speed, seed=seed, num_speech_tokens=num_speech_tokens,
                    n_timesteps=n_timesteps)
     inputs = {"mode": mode, "prompt_audio": prompt_audio, "prompt_text": prompt_text,
