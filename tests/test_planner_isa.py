@@ -216,6 +216,26 @@ def test_quantized_without_an_audio_report(tmp_path):
     assert any("never checked against the accuracy floors" in w for w in plan.warnings)
 
 
+def test_accuracy_warnings_are_logged_where_the_plan_is_served(tmp_path, caplog):
+    """`serve` / `synth` read the plan through settings_from_plan: its accuracy warnings are
+    logged there too (a trial user saw them only in `cosyvino plan`'s output); the others
+    (e.g. a busy host while planning) are not repeated."""
+    import logging
+
+    from cosyvino.server.config import settings_from_plan
+
+    model = _model(tmp_path, report=False, machine={"cpu_model": "X", "flags": ZEN4_FLAGS,
+                                                    "kind": "avx512-bf16"})
+    plan = _plan(trees.zen4_2c, tmp_path, model)
+    plan.warnings.append("load average 9 on 2 online CPUs: other processes are busy here")
+    path = plan.save(str(tmp_path / "plan.toml"))
+    with caplog.at_level(logging.WARNING, logger="cosyvino.server.config"):
+        settings_from_plan(path)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("never checked against the accuracy floors" in m for m in logged)
+    assert not any("load average" in m for m in logged)
+
+
 def test_kind_comes_from_the_recorded_flags(tmp_path):
     """A record whose ``kind`` label disagrees with its flags (older labels): the flags win."""
     model = _model(tmp_path, machine={"cpu_model": "X", "flags": ZEN4_FLAGS, "kind": "zen4"})

@@ -166,6 +166,11 @@ def settings_from_plan(path: str) -> dict:
         if hasattr(plan, "check_machine"):
             for warning in plan.check_machine():
                 log.warning("plan %s: %s", path, warning)
+        # what the plan said about the served model's accuracy is said again where it is
+        # served (a trial user saw it only in `cosyvino plan`'s output)
+        for warning in getattr(plan, "warnings", None) or []:
+            if "accuracy" in str(warning):
+                log.warning("plan %s: %s", path, warning)
         if hasattr(plan, "to_dict"):
             plan = plan.to_dict()
         elif dataclasses.is_dataclass(plan):
