@@ -541,7 +541,8 @@ def _quantized_accuracy(probe: Probe, served: str, prec: dict, log: _Log) -> Non
         log.decide("int8_accuracy", "not checked", f"{measured}, {origin}; this CPU: kind {here}")
         log.warnings.append(f"{served}: its INT8 {', '.join(stages)} were never checked against "
                             "the accuracy floors (quantized with --eval-per-language 0): re-run "
-                            "`cosyvino quantize` with an audio report before serving it")
+                            "`cosyvino quantize` without that option (its default measures 2 "
+                            "texts per language) to measure and guard them")
     else:
         log.decide("int8_accuracy", "same kind" if there == here else f"measured on {there}",
                    f"{measured}, {origin}; this CPU: kind {here}")
