@@ -24,7 +24,7 @@ from cosyvino.converted import read_manifest, validate_converted_dir  # noqa: E4
 from cosyvino.errors import InputError  # noqa: E402
 from cosyvino.quantize import CaptureLimits, quantize_model_dir  # noqa: E402
 from cosyvino.quantize.calibration import load_calibration_set  # noqa: E402
-from cosyvino.quantize.floors import SNR_FLOORS_DB, floor_verdicts  # noqa: E402
+from cosyvino.quantize.floors import SNR_FLOORS_DB, describe_floor, floor_verdicts  # noqa: E402
 from cosyvino.quantize.machine import (  # noqa: E402
     describe,
     effective_flags,
@@ -182,6 +182,9 @@ def test_without_a_report_the_floors_are_unmeasured(converted_dir, texts, tmp_pa
                                       hift="int8", calib_texts=texts[0], speech_tokens=8,
                                       limits=LIMITS, show_progress=False)
     assert summary["floors"]["vocoder"]["verdict"] == "unmeasured"
+    line = describe_floor("vocoder", summary["floors"]["vocoder"])
+    assert line.endswith("not checked (no audio report: --eval-per-language 0; run again "
+                         "without it to check)")
     m = read_manifest(out)
     assert m["quantization"]["floors"]["vocoder"]["verdict"] == "unmeasured"
     assert m["files"]["hift_decode.bin"]["precision"] == "int8-static"

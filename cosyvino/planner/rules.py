@@ -541,8 +541,9 @@ def _quantized_accuracy(probe: Probe, served: str, prec: dict, log: _Log) -> Non
         log.decide("int8_accuracy", "not checked", f"{measured}, {origin}; this CPU: kind {here}")
         log.warnings.append(f"{served}: its INT8 {', '.join(stages)} were never checked against "
                             "the accuracy floors (quantized with --eval-per-language 0): re-run "
-                            "`cosyvino quantize` without that option (its default measures 2 "
-                            "texts per language) to measure and guard them")
+                            f"`cosyvino quantize --preset {q.get('preset') or 'int8'}` without "
+                            "that option (its default measures 2 texts per language) to "
+                            "measure and guard them")
     else:
         log.decide("int8_accuracy", "same kind" if there == here else f"measured on {there}",
                    f"{measured}, {origin}; this CPU: kind {here}")

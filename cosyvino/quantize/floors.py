@@ -63,7 +63,7 @@ def describe_floor(group: str, rec: dict) -> str:
     stages = "/".join(rec["stages"])
     if rec["verdict"] == "unmeasured":
         return (f"{stages}: INT8 kept, accuracy floor {rec['floor_db']:g} dB not checked (no "
-                "audio report: --eval-per-language 0)")
+                "audio report: --eval-per-language 0; run again without it to check)")
     snr = f"{group} SNR {rec['snr_db']:.1f} dB vs fp32 (floor {rec['floor_db']:g} dB)"
     return {"pass": f"{stages}: INT8, {snr}",
             "refused": f"{stages}: written fp32, INT8 refused: {snr} on this machine "
