@@ -443,10 +443,9 @@ def roofline(config, results: list[dict], tokens: int,
 
 
 def markdown(results: list[dict], roof: dict | None, estimator: dict | None = None) -> str:
-    """The table; ``estimator``: {"gflop_per_call", "peak_gflops", "peak", "peaks"} (rows of
-    the estimator's achieved rate and its share of the peak of each column's estimator
-    precision, ``peaks[label]`` = {"gops", "peak"}; without ``peaks``, of the fp32 FMA peak)
-    or None."""
+    """The table; ``estimator``: {"gflop_per_call", "peaks"} (rows of the estimator's achieved
+    rate and its share of the peak of each column's estimator precision, ``peaks[label]`` =
+    {"gops", "peak"}) or None."""
     ok = [r for r in results if "mean" in r]
     head = "| metric | " + " | ".join(r["label"] for r in ok) + " |"
     lines = [head, "|---|" + "---:|" * len(ok)]
@@ -487,11 +486,6 @@ def markdown(results: list[dict], roof: dict | None, estimator: dict | None = No
             lines.append("| estimator / its peak | " + " | ".join(
                 f"{100 * x / p['gops']:.0f} %" if p.get("gops") else ""
                 for x, p in zip(rates, peaks)) + " |")
-        elif estimator.get("peak_gflops"):
-            lines.append(f"| estimator / fp32 FMA peak ({estimator['peak']}: "
-                         f"{estimator['peak_gflops']:.0f} GFLOP/s) | "
-                         + " | ".join(f"{100 * x / estimator['peak_gflops']:.0f} %"
-                                      for x in rates) + " |")
     if any(r.get("prompt") for r in ok):
         for label, key, fmt in PROMPT_ROWS:
             cells = [fmt.format(r["prompt"][key]) if r.get("prompt") else "" for r in ok]

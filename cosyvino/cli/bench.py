@@ -300,7 +300,7 @@ def _estimator_peak(config, tokens: int, probe, results) -> dict | None:
     (:func:`cosyvino.bench_extras.estimator_peak`: int8 dot products for a static INT8
     estimator, the fp32 FMA peak otherwise)."""
     from cosyvino.bench_extras import (cpu_clock_mhz, cpuinfo_field, estimator_gflop,
-                                       estimator_peak, fma_peak_gflops)
+                                       estimator_peak)
     from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
 
     frames = mel_frames_for_tokens(tokens)
@@ -311,11 +311,9 @@ def _estimator_peak(config, tokens: int, probe, results) -> dict | None:
     cores = max([t for t in used if t] or [os.cpu_count() or 1])
     flags, vendor = getattr(probe, "flags", ()), cpuinfo_field("vendor_id") or ""
     mhz = cpu_clock_mhz()
-    peak, desc = fma_peak_gflops(flags, vendor, mhz, cores)
     peaks = {}
     for r in results:
         if "mean" in r:
             gops, label = estimator_peak(r.get("estimator_weights"), flags, vendor, mhz, cores)
             peaks[r["label"]] = {"gops": gops, "peak": label}
-    return {"frames": frames, "gflop_per_call": gflop, "peak_gflops": peak, "peak": desc,
-            "peaks": peaks}
+    return {"frames": frames, "gflop_per_call": gflop, "peaks": peaks}
