@@ -18,10 +18,33 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TINY_A = pathlib.Path(__file__).parent.parent / "cosyvino" / "testing" / "fixtures" / "tiny-a"
 
 
+#: the official-code golden tiny CosyVoice2 dir (tiny-c), copied from the reference material
+TINY_C = FIXTURES / "tiny-c"
+
+#: the yaml file that marks each family's official dir (the official ``AutoModel`` looks for these)
+FAMILY_YAML = {"cosyvoice1": "cosyvoice.yaml", "cosyvoice2": "cosyvoice2.yaml",
+               "cosyvoice3": "cosyvoice3.yaml"}
+
+
+def extra_golden_dirs() -> list[pathlib.Path]:
+    """Every dir in COSYVINO_GOLDEN_DIRS (colon- or comma-separated), of any family: the
+    held-back goldens of other sizes."""
+    raw = os.environ.get("COSYVINO_GOLDEN_DIRS", "").replace(",", ":")
+    return [pathlib.Path(p) for p in raw.split(":") if p]
+
+
+def golden_dirs_of(family: str) -> list[pathlib.Path]:
+    """The shipped golden dir of ``family`` (tiny-a for v1, tiny-c for v2; none yet for v3) plus
+    the COSYVINO_GOLDEN_DIRS entries that hold that family's yaml, so a held-back dir of one
+    family never reaches another family's parity tests."""
+    shipped = {"cosyvoice1": [TINY_A], "cosyvoice2": [TINY_C]}.get(family, [])
+    marker = FAMILY_YAML[family]
+    return [*shipped, *(d for d in extra_golden_dirs() if (d / marker).is_file())]
+
+
 def golden_dirs() -> list[pathlib.Path]:
-    """TINY_A plus every dir in COSYVINO_GOLDEN_DIRS (colon-separated)."""
-    extra = [pathlib.Path(p) for p in os.environ.get("COSYVINO_GOLDEN_DIRS", "").split(":") if p]
-    return [TINY_A, *extra]
+    """The CosyVoice v1 golden dirs: TINY_A plus the v1 entries of COSYVINO_GOLDEN_DIRS."""
+    return golden_dirs_of("cosyvoice1")
 
 
 @functools.lru_cache(maxsize=None)

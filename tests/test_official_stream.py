@@ -9,7 +9,6 @@ non-streaming pipeline, and the flow cache pins the overlap noise.
 from __future__ import annotations
 
 import functools
-import os
 import pathlib
 
 import numpy as np
@@ -22,15 +21,13 @@ from cosyvino.families.cosyvoice1.official_stream import (  # noqa: E402
     OfficialTokenHopStream, StreamConstants, hop_windows, stream_mel_frames)
 from cosyvino.families.cosyvoice1.length_regulation import (  # noqa: E402
     mel_frames_for_tokens)
-from conftest import TINY_A  # noqa: E402
+from conftest import TINY_A, golden_dirs  # noqa: E402
 
 WAV_ATOL = 1e-3
 
 
 def _stream_dirs() -> list[pathlib.Path]:
-    raw = os.environ.get("COSYVINO_GOLDEN_DIRS", "").replace(os.pathsep, ",")
-    extra = [pathlib.Path(p) for p in raw.split(",") if p]
-    return [d for d in [TINY_A, *extra] if (d / "stream.pt").is_file()]
+    return [d for d in golden_dirs() if (d / "stream.pt").is_file()]
 
 
 DIRS = [pytest.param(d, id=d.name) for d in _stream_dirs()]

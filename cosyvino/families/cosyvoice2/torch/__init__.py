@@ -1,0 +1,1 @@
+"""CosyVoice2's torch modules (reference implementation; the exporters trace them)."""

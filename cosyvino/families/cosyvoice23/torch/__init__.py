@@ -1,0 +1,1 @@
+"""Torch modules shared by CosyVoice2 and CosyVoice3."""
