@@ -6,8 +6,7 @@ voice-store errors). Importing cosyvino does not import torch.
 """
 
 from .hookspecs import hookimpl
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def __getattr__(name):  # lazy: keep `import cosyvino` light for plugins and the CLI

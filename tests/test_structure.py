@@ -139,3 +139,41 @@ def test_name_check_finder_finds_one(tmp_path):
         assert _name_checks(p) == ["m.py:2", "m.py:2"]
     finally:
         ROOT = old
+
+
+#: (importer prefix, imported prefix) pairs that would run up the layers (issue 34): the
+#: backends' shared code knows no family, the planner no benchmark code
+UPWARD = (("cosyvino.backends", "cosyvino.families.cosyvoice"), ("cosyvino.planner", "cosyvino.bench"))
+
+
+def _face_imports(path: Path) -> list[int]:
+    """Lines where a module imports the package face ``cosyvino`` itself (``import cosyvino``,
+    ``from cosyvino import X`` with X not a submodule) instead of the leaf that defines X."""
+    mods = _modules()
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import) and any(a.name == "cosyvino" for a in node.names):
+            lines.append(node.lineno)
+        elif (isinstance(node, ast.ImportFrom) and node.module == "cosyvino" and not node.level
+              and any(f"cosyvino.{a.name}" not in mods for a in node.names)):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_upward_imports():
+    mods = _modules()
+    hits = [f"{m} -> {t}" for m, p in mods.items() for t in _imports(m, p, mods)
+            for low, high in UPWARD if m.startswith(low) and t.startswith(high)]
+    assert hits == []
+
+
+def test_the_package_face_is_imported_by_no_module_of_ours():
+    hits = [f"{m}:{line}" for m, p in _modules().items() if m != "cosyvino"
+            for line in _face_imports(p)]
+    assert hits == []
+
+
+def test_face_import_finder_finds_one(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import cosyvino\nfrom cosyvino import __version__\nfrom cosyvino import errors\n")
+    assert _face_imports(p) == [1, 2]

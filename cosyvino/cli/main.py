@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from cosyvino import __version__
+from cosyvino.version import __version__
 from cosyvino.cli.errors import friendly_errors
 from cosyvino.errors import BackendError, InputError, ModelDirError, UnknownSpeakerError
 from cosyvino.request import HOP_SCHEDULES, MAX_SPEED, MAX_TIMESTEPS, MIN_SPEED, MIN_TIMESTEPS

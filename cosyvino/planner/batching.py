@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..bench_extras import FMA_FLOP_PER_CYCLE
+from ..cpu_peaks import FMA_FLOP_PER_CYCLE
 from ..families.base import DecodeProfile
 
 #: memory bandwidth one core streams, GB/s: the numpy copy bandwidth ``cosyvino bench`` measures

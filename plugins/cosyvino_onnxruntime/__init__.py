@@ -24,9 +24,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
-import cosyvino
 from cosyvino.backends.base import Backend, Capabilities, Stages
 from cosyvino.errors import BackendError, ConvertedModelError
+from cosyvino.hookspecs import hookimpl
 
 #: LLM export layout a fresh :mod:`cosyvino.export.onnx` conversion records (manifest ``llm``
 #: fields, ``cosyvino.export.onnx.convert.LLM_LAYOUT``, written here too so the check needs no
@@ -134,7 +134,7 @@ class ONNXRuntimeBackend(Backend):
         version, the installed onnx version (when onnx is installed) and the LLM layout
         (:data:`LLM_LAYOUT`). Imports onnx when installed.
         """
-        from cosyvino import __version__
+        from cosyvino.version import __version__
         from cosyvino.converted import conversion_status
 
         expected: dict = {"weights": weights, "cosyvino_version": __version__}
@@ -200,6 +200,6 @@ class ONNXRuntimeBackend(Backend):
         return load_stages(model_dir, **options)
 
 
-@cosyvino.hookimpl
+@hookimpl
 def register_backends(register):
     register(ONNXRuntimeBackend)

@@ -52,9 +52,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
-import cosyvino
 from cosyvino.backends.base import Backend, Capabilities, Stages
 from cosyvino.errors import BackendError, ConvertedModelError
+from cosyvino.hookspecs import hookimpl
 
 from . import inventory as _inventory
 
@@ -266,7 +266,7 @@ class OpenVINOBackend(Backend):
         (``openvino_version``) and the exporter's LLM layout (``llm.pos_bucket``,
         ``llm.positional``, ``llm.qkv``...: a dir from an older exporter is rewritten). Imports
         openvino and torch when both are installed."""
-        from cosyvino import __version__
+        from cosyvino.version import __version__
         from cosyvino.converted import conversion_status
 
         expected: dict = {"weights": weights, "cosyvino_version": __version__}
@@ -346,6 +346,6 @@ class OpenVINOBackend(Backend):
         return OpenVINOStages(model_dir, **options)
 
 
-@cosyvino.hookimpl
+@hookimpl
 def register_backends(register):
     register(OpenVINOBackend)

@@ -20,7 +20,7 @@ from cosyvino.families.cosyvoice1.stages import (
     LLMSession,
     left_pad,
 )
-from cosyvino.backends.tables import ServingTablesMixin
+from cosyvino.families.cosyvoice1.serving_tables import ServingTablesMixin
 from cosyvino.converted import find_converted_dir, validate_converted_dir
 from cosyvino.families.cosyvoice1.graphs import GRAPH_NAMES, graph_table, llm_pos_key_names
 from cosyvino.errors import BackendError, ConvertedModelError

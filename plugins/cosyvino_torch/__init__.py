@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
-import cosyvino
 from cosyvino.backends.base import Backend, Capabilities, Stages
 from cosyvino.errors import BackendError
+from cosyvino.hookspecs import hookimpl
 
 #: checkpoint files this backend loads (with ``cosyvoice.yaml``)
 TORCH_FILES = ("llm.pt", "flow.pt", "hift.pt")
@@ -132,6 +132,6 @@ def _other_family(model_dir: str | None):
     return None if family.name == "cosyvoice1" else family
 
 
-@cosyvino.hookimpl
+@hookimpl
 def register_backends(register):
     register(TorchBackend)

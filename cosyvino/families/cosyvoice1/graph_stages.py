@@ -1,6 +1,6 @@
 """CosyVoice v1 stages over a generic :class:`cosyvino.backends.graphs.GraphRunner`: each stage
 call is one graph of :mod:`.graphs`; the speaker affine and speech-token embedding are numpy
-tables of the converted dir (:class:`cosyvino.backends.tables.ServingTablesMixin`). What a
+tables of the converted dir (:class:`cosyvino.families.cosyvoice1.serving_tables.ServingTablesMixin`). What a
 backend gets for v1 when it runs graph tables instead of implementing the stages itself. Must
 not import torch.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosyvino.backends.tables import ServingTablesMixin
+from .serving_tables import ServingTablesMixin
 from cosyvino.errors import BackendError
 
 from .graphs import llm_pos_key_names

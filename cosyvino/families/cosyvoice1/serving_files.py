@@ -1,7 +1,7 @@
 """The non-graph files of a converted CosyVoice v1 dir (the runtime applies them in numpy) and
 the LLM facts its manifest records: written by ``cosyvino convert`` through
 :meth:`cosyvino.families.cosyvoice1.CosyVoice1.write_serving_files`, read by
-:mod:`cosyvino.backends.tables`. Works on a loaded
+:mod:`cosyvino.families.cosyvoice1.serving_tables`. Works on a loaded
 :class:`cosyvino.families.cosyvoice1.torch.loading.TorchModel` (tensors to numpy; no torch
 import of its own).
 """

@@ -1,5 +1,5 @@
-"""The numpy half of a converted model's LLM: speaker x-vectors and the small LLM tables that
-the runtime backends apply without a graph. Must import neither torch nor any runtime.
+"""The numpy half of a converted CosyVoice v1 model's LLM: speaker x-vectors and the small LLM
+tables that the runtime backends apply without a graph. Must import neither torch nor any runtime.
 
 Files (written by :func:`cosyvino.families.cosyvoice1.serving_files.write_serving_files`, layout in
 :mod:`cosyvino.converted`): ``speakers.json`` (names) + ``speakers.npy`` (float32 [S, 192]),
@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from ..converted import convert_hint
-from ..errors import ConvertedModelError
+from cosyvino.converted import convert_hint
+from cosyvino.errors import ConvertedModelError
 
 
 def read_speakers(conv_dir: str, runtime: str) -> dict[str, np.ndarray]:
@@ -46,7 +46,7 @@ class ServingTablesMixin:
         the manifest's ``llm.pos_bucket``; heads from ``self.config``, set before). Raises
         ConvertedModelError for a dir written before the positional tables were (re-run the
         convert command)."""
-        from cosyvino.families.cosyvoice1.positional import PositionalKeys
+        from .positional import PositionalKeys
 
         self.speakers = read_speakers(conv_dir, runtime)
         tables = np.load(os.path.join(conv_dir, "llm_tables.npz"))
