@@ -203,6 +203,28 @@ def test_bad_prompt_audio_is_a_400_naming_the_problem(server, name, data, match)
     assert "bad" not in [v["id"] for v in listed]
 
 
+def test_vc_that_cannot_fit_alone_names_the_source_audio(server):
+    """Issue 33 defect 1: the 400 refusing a conversion spoke of ``tts_text`` and of splitting
+    "the text"; /inference_vc has no text: its work is the source recording's length."""
+    from cosyvino.server.pool import WorkEstimator
+
+    pool = server.state.pool
+    try:
+        # measured alone: 100 s per s of converted speech; 1.5 s x 100 x 1.25 > 60 s
+        pool.estimator.observe_chunk(500.0, 5.0, "vc", alone=True)
+        r = post(server, "/inference_vc", files={"source_wav": ("s.wav", SOURCE),
+                                                 "prompt_wav": ("p.wav", PROMPT)})
+        err = assert_error(r, 400, "source_wav", "input_too_long")
+        assert err["message"].startswith("the source audio is 1.5 s long")
+        assert "text" not in err["message"] and "split the recording" in err["message"]
+        # text-to-speech is not held to the conversion's rate
+        r = post(server, "/inference_cross_lingual", {"tts_text": TEXT},
+                 {"prompt_wav": ("p.wav", PROMPT)})
+        assert r.status_code == 200, r.text
+    finally:
+        pool.estimator = WorkEstimator(pool.clock)
+
+
 def test_upload_limit_is_raised_only_for_the_recording_endpoints(server):
     # 1.5 MB: over the 1 MiB body limit of /v1/audio/speech, under this server's 2 MiB
     # upload limit: the recording is read (and refused for its length, 47 s), not the body

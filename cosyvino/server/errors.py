@@ -46,9 +46,12 @@ def busy_error(e: Busy) -> APIError:
     return APIError(503, str(e), type_="server_error", code="server_busy", headers=headers)
 
 
-def too_long_error(e: TooLong, text_param: str) -> APIError:
-    """400 ``input_too_long``: the request alone cannot finish within the request timeout."""
-    return APIError(400, str(e), param=text_param, code="input_too_long")
+def too_long_error(e: TooLong, text_param: str, source_param: str = "source_audio") -> APIError:
+    """400 ``input_too_long``: the request alone cannot finish within the request timeout.
+    ``param``: the endpoint's text field, or its source recording field (``source_param``)
+    for voice conversion, whose length comes from the recording (``e.source``)."""
+    param = source_param if getattr(e, "source", "text") == "source audio" else text_param
+    return APIError(400, str(e), param=param, code="input_too_long")
 
 
 def not_ready_error(e: NotReady) -> APIError:
