@@ -60,6 +60,16 @@ def not_ready_error(e: NotReady) -> APIError:
                     headers={"Retry-After": "5"})
 
 
+def audio_message(message: str, field: str) -> str:
+    """A :class:`~cosyvino.prompt_audio.PromptAudioError` message naming the request field
+    the recording came in: ``"prompt audio: ..."`` -> ``"prompt audio 'prompt_wav': ..."``
+    (the library names the recording by its role; a client needs the form field)."""
+    for role in ("prompt audio", "source audio"):
+        if message.startswith(role) and not message.startswith(f"{role} '"):
+            return f"{role} '{field}'{message[len(role):]}"
+    return message
+
+
 def input_error(e: InputError, text_param: str, voice_param: str,
                 fields: dict | None = None) -> APIError:
     """400 for a request the engine rejected; ``text_param`` / ``voice_param`` are the
@@ -81,7 +91,8 @@ def input_error(e: InputError, text_param: str, voice_param: str,
         return APIError(400, msg, param=text_param, code="empty_input")
     if isinstance(e, PromptAudioError):
         key = "source_audio" if msg.startswith("source audio") else "prompt_audio"
-        return APIError(400, msg, param=fields.get(key, key), code="invalid_audio")
+        field = fields.get(key, key)
+        return APIError(400, audio_message(msg, field), param=field, code="invalid_audio")
     if msg.startswith("mode ") and "is not supported by this model" in msg:
         return APIError(400, msg, code="unsupported_mode")
     # a mode input that is missing or not taken: the message starts with its library name,
@@ -112,7 +123,8 @@ def voice_error(e: Exception, *, name_param: str = "name",
     if isinstance(e, InvalidVoiceNameError):
         return APIError(400, msg, param=name_param, code="invalid_voice_name")
     if isinstance(e, PromptAudioError):
-        return APIError(400, msg, param=file_param, code="invalid_audio")
+        return APIError(400, audio_message(msg, file_param), param=file_param,
+                        code="invalid_audio")
     if isinstance(e, VoiceStoreError):
         return APIError(500, msg, type_="server_error", code="voice_store_error")
     if isinstance(e, InputError):
