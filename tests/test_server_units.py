@@ -485,7 +485,7 @@ class _FakeJob:
 
     def __init__(self, ticket):
         self.ticket, self.completed, self.cancel = ticket, False, None
-        self.finished = __import__("threading").Event()
+        self.finished = threading.Event()
         self.loop = self  # call_soon_threadsafe runs at once
 
     def call_soon_threadsafe(self, fn, *args):
@@ -498,8 +498,6 @@ class _FakeJob:
 def _vc(seconds: float, forced: int | None = None):
     """A voice-conversion request: ``seconds`` of source speech tokens (50 per s); ``forced``:
     the token count a server with --num-speech-tokens sets (vc runs no LLM)."""
-    import numpy as np
-
     from cosyvino.request import SynthesisRequest
 
     return SynthesisRequest(voice=_prompted(1.0).voice, num_speech_tokens=forced,
@@ -518,8 +516,8 @@ def _deliver(pool, ticket, seconds: float, rtf: float, clock, cpu, cpu_use: floa
         d = min(hop, seconds - done)
         clock.t += rtf * d
         cpu.t += cpu_use * rtf * d
-        pool._on_event(_FakeJob(ticket), CHUNK, Audio(__import__("numpy").zeros(
-            int(d * 1000), "float32"), 1000))
+        pool._on_event(_FakeJob(ticket), CHUNK, Audio(np.zeros(int(d * 1000), np.float32),
+                                                      1000))
         done += d
 
 
