@@ -590,7 +590,8 @@ def test_input_that_cannot_finish_within_the_timeout_is_refused_up_front(serial_
                        request_timeout=5)
     s = RunningServer(cfg, [serial_synth])
     try:
-        s.state.pool.estimator.observe_chunk(10.0, 10.0)  # measured: 1 s per s of speech
+        # measured alone: 1 s per s of speech
+        s.state.pool.estimator.observe_chunk(10.0, 10.0, alone=True)
         r = post(s.url, {"input": LONG, "voice": VOICE, "response_format": "wav"})
         err = assert_error(r, 400, "input", "input_too_long")
         assert "request timeout is 5 s" in err["message"]
@@ -601,9 +602,31 @@ def test_input_that_cannot_finish_within_the_timeout_is_refused_up_front(serial_
         assert s.state.pool.running == 0 and s.state.pool._admitted == 0
         info = httpx.get(s.url + "/ready").json()["admission"]
         assert info["rtf"] == pytest.approx(1.0) and info["measured_speech_seconds"] == 10
+        assert info["quiet_rtf"] == {"plain": 1.0, "prompt": None, "vc": None}
         # a short one still runs
         r = post(s.url, {"input": SHORT, "voice": VOICE, "response_format": "wav"})
         assert r.status_code == 200
+    finally:
+        s.stop()
+
+
+def test_load_alone_never_gets_a_400_an_idle_server_serves(serial_synth):
+    """Issue 33 defect 1: after load the learned rate stayed high (RTF 19-30) and an idle
+    server answered 400 input_too_long (final for an OpenAI client) to work that finishes
+    alone well within the timeout. The rate raised by load is not the cost alone: the idle
+    server serves the request, and it then counts towards the quiet rate."""
+    cfg = ServerConfig(max_sessions=1, queue_size=8, num_speech_tokens=8, cache_memory_mb=0,
+                       request_timeout=5)
+    s = RunningServer(cfg, [serial_synth])
+    try:
+        est = s.state.pool.estimator
+        est.observe_chunk(600.0, 10.0)  # load: 60 s per s of speech, nothing measured alone
+        # 0.16 s of speech x 50 (the prior weighs in) x 1.25 = 10 s > 5 s: was a 400
+        r = post(s.url, {"input": SHORT, "voice": VOICE, "response_format": "wav"})
+        assert r.status_code == 200, r.text
+        assert metric(s.url, "cosyvino_refused_total", 'reason="too_long"') == 0
+        assert est.quiet_rtf_of("plain") is not None  # it ran alone: measured
+        assert httpx.get(s.url + "/ready").json()["admission"]["quiet_rtf"]["plain"] > 0
     finally:
         s.stop()
 

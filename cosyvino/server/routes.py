@@ -308,7 +308,7 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         except Busy as e:
             raise busy_error(e) from None
         except TooLong as e:
-            raise too_long_error(e, p.text_param) from None
+            raise too_long_error(e, p.text_param, p.field("source_audio")) from None
         except NotReady as e:
             raise not_ready_error(e) from None
         return SynthesisResponse(state, request, p, key, started)
