@@ -3,7 +3,7 @@ there before the first byte goes out, write one complete file (the joins between
 are :func:`cosyvino.audio.smooth_join`, re-exported here).
 
 Every encoder takes float32 chunks at the model rate (22050 Hz) in order. Two cases
-(docs/server.md, "Response formats"):
+(docs/server.md, "Complete files and streams"):
 
 * **complete file**: the first chunk fed is also the last (``feed(x, last=True)`` first, or
   :func:`encode_file`; the server's one-chunk responses and its cache entries). The file's

@@ -94,7 +94,7 @@ def cached_response(data: bytes, fmt: str, sse: bool) -> Response:
 
 def cache_entry(fmt: str, sample_rate: int, encoder, body: bytes, sent: list) -> bytes:
     """What the result cache keeps for a response: a complete file (real lengths in its header,
-    docs/server.md "Response formats"), since a hit has the whole audio before it sends.
+    docs/server.md "Complete files and streams"), since a hit has the whole audio before it sends.
 
     Args:
         fmt: the response format; sample_rate: Hz of the float samples.
