@@ -303,9 +303,9 @@ def test_streamed_files_say_their_length_is_unknown():
 
 
 @pytest.mark.parametrize("fmt", SPEECH_FORMATS)
-def test_empty_complete_file_is_valid(fmt):
+def test_no_audio_at_all_is_a_complete_response(fmt):
     enc = make_encoder(fmt, RATE)
-    data = enc.finish()  # no audio at all
+    data = enc.finish()  # no audio at all (mp3/opus/aac: no bytes, as before)
     assert enc.complete
     if fmt == "wav":
         with wave.open(io.BytesIO(data)) as w:
