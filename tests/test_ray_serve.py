@@ -107,6 +107,31 @@ def test_cli_refuses_bad_input_before_starting_ray(tmp_path):
     assert result.exit_code == 0 and "--max-replicas" in result.output
 
 
+def test_cli_passes_the_public_voice_list_to_the_replicas(monkeypatch):
+    from click.testing import CliRunner
+
+    import cosyvino.ray_serve as rs
+    from cosyvino.cli.ray_serve import ray_serve
+
+    seen = []
+
+    def fake_build_app(plan=None, **kw):  # stops the command before Ray starts
+        seen.append(kw)
+        raise InputError("stop here")
+
+    monkeypatch.setattr(rs, "build_app", fake_build_app)
+    runner = CliRunner()
+    env = {"COSYVINO_PLAN": "", "COSYVINO_PUBLIC_VOICE_LIST": ""}
+    result = runner.invoke(ray_serve, ["--model-dir", "/m", "--api-key", "k",
+                                       "--public-voice-list"], env=env)
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert seen[-1]["public_voice_list"] is True and seen[-1]["api_key"] == "k"
+    runner.invoke(ray_serve, ["--model-dir", "/m", "--api-key", "k"], env=env)
+    assert "public_voice_list" not in seen[-1]  # not given: the ServerConfig default (off)
+    assert replica_config(None, public_voice_list=True).public_voice_list is True
+    assert not ray.is_initialized()
+
+
 # ---- a local cluster -------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
