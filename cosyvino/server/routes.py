@@ -1,5 +1,6 @@
-"""The HTTP app: OpenAI-compatible ``/v1/audio/speech`` and voice management
-(``/v1/audio/voices``), the CosyVoice-compatible ``/inference_sft``, ``/inference_zero_shot``,
+"""The HTTP app: OpenAI-compatible ``/v1/audio/speech``, voice management
+(``/v1/audio/voices``) and model lists (``/v1/models``, ``/v1/audio/models``), the
+CosyVoice-compatible ``/inference_sft``, ``/inference_zero_shot``,
 ``/inference_cross_lingual``, ``/inference_instruct`` and ``/inference_vc``, health/readiness
 and Prometheus metrics. See docs/server.md.
 
