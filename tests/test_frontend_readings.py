@@ -9,16 +9,20 @@ that every word of every input survives exactly as often in the output.
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 import regex
 
 from cosyvino.frontend import TextTokenizer, normalize, normalize_and_split
 from cosyvino.frontend.addresses import find_spans, read_span, rewrite_versions_en
 from cosyvino.frontend.cjk_numbers import cardinal_ja, cardinal_ko, read_numbers_ko
+from cosyvino.frontend.fullwidth import ALWAYS_FOLDED, fold_fullwidth
 from cosyvino.frontend.normalize import text_path
 from cosyvino.frontend.rules import (
     rewrite_hyphen_zh,
     rewrite_money_en,
+    rewrite_symbol_before_unit_zh,
     rewrite_thousands_en,
     rewrite_thousands_zh,
 )
@@ -108,6 +112,44 @@ CASES = {
     "zh_hyphen_model": ("型号为RTX-4090的显卡", "型号为RTX四千零九十的显卡",
                         "型号为RTX负四千零九十的显卡"),
     "zh_hyphen_twice": ("SARS-CoV-2病毒", "SARS-CoV二病毒", "SARS-CoV负二病毒"),
+    # -- a currency symbol amount followed by a currency word (Chinese, issue 33) --
+    "zh_yen_and_yuan": ("¥299.9元", "两百九十九点九元", "二元九十九点九元"),
+    "zh_fullwidth_yen_and_yuan": ("价格￥299.9元", "价格两百九十九点九元", "价格二元九十九点九元"),
+    "zh_yen_one_digit_and_yuan": ("¥2元", "两元", "¥两元"),
+    "zh_dollar_and_usd": ("$5美元", "五美元", "五美元美元"),
+    "zh_yen_scale_and_yuan": ("¥1.5万元", "一点五万元", "¥一点五万元"),
+    # -- full-width forms read as their half-width forms (issue 33) --
+    "zh_fullwidth_dollar": ("价格＄5", "价格五美元", "价格＄五"),
+    "zh_fullwidth_percent": ("涨了５０％", "涨了百分之五十", "涨了五十％"),
+    "zh_fullwidth_decimal": ("气温１５．５度", "气温十五点五度", "气温十五．五度"),
+    "zh_fullwidth_grouped": ("共１，２３４．５６美元", "共一千二百三十四点五六美元",
+                             "共一，两百三十四．五十六美元"),
+    "zh_fullwidth_letters": ("ＡＢＣ公司", "ABC公司", "ＡＢＣ公司"),
+    "zh_fullwidth_range": ("３～５天", "三到五天", "三～五天"),
+    "zh_fullwidth_minus": ("温度－3度", "温度负三度", "温度－三度"),
+    "zh_fullwidth_fraction": ("３／４杯", "四分之三杯", "三／四杯"),
+    "zh_fullwidth_hyphen": ("COVID－19疫情", "COVID十九疫情", "COVID－十九疫情"),
+    "zh_fullwidth_clock": ("１０：３０开会", "十点三十分开会", "十：三十开会"),
+    "zh_fullwidth_www": ("请访问ｗｗｗ．ｅｘａｍｐｌｅ．ｃｏｍ了解", "请访问www点example点com了解",
+                         "请访问ｗｗｗ．ｅｘａｍｐｌｅ．ｃｏｍ了解"),
+    "en_fullwidth_money": ("It costs ＄１２．５０ today",
+                           "It costs twelve dollars and fifty cents today",
+                           "It costs ＄twelve．fifty today"),
+    "en_fullwidth_yen": ("It costs ￥500", "It costs five hundred yen", "It costs ￥five hundred"),
+    "en_fullwidth_pence": ("￡５．０５ a week", "five pounds and five pence a week",
+                           "￡five．five a week"),
+    "en_fullwidth_percent": ("５０％ off", "fifty percent off", "fifty％ off"),
+    "en_fullwidth_plus_equals": ("３＋５＝８", "three plus five equals eight",
+                                 "three＋five＝eight"),
+    "en_fullwidth_email": ("Mail john.doe＠example.com now",
+                           "Mail john dot doe at example dot com now",
+                           "Mail john.doe＠example dot com now"),
+    "en_fullwidth_letters": ("ｈｅｌｌｏ ｗｏｒｌｄ ＆ you", "hello world and you",
+                             "ｈｅｌｌｏ ｗｏｒｌｄ ＆ you"),
+    "ja_fullwidth_percent": ("５０％オフです", "五十パーセントオフです", "五十％オフです"),
+    "ja_fullwidth_grouped": ("価格は１，５００円です", "価格は千五百円です", "価格は一，五百円です"),
+    "ko_fullwidth_decimal": ("무게는 ３．５킬로그램", "무게는 삼점오킬로그램", "무게는 삼．오킬로그램"),
+    "ko_fullwidth_grouped": ("가격은 １，５００원입니다", "가격은 천오백원입니다", "가격은 일，오백원입니다"),
 }
 
 # Readings that were already right and must not change (input, normalized text).
@@ -135,7 +177,27 @@ UNCHANGED = {
     "zh_sentence": ("今天是2024年3月5日，气温15.5度，明天降温到-3℃。",
                     "今天是二零二四年三月五日，气温十五点五度，明天降温到负三摄氏度。"),
     "ja_counter": ("りんごが3個あります", "りんごが三個あります"),
+    # a symbol amount without a currency word stays with wetext
+    "zh_yen_alone": ("价格¥299", "价格两百九十九元"),
+    # Chinese punctuation is never folded (the splitter cuts at it), full-width digits in
+    # Chinese text already read right, ":" between digits and an enumeration keep their reading
+    "zh_fullwidth_punctuation": ("今天，天气好！你呢？真的：是；", "今天，天气好！你呢？真的：是；"),
+    "zh_fullwidth_digits": ("共１２３个", "共一百二十三个"),
+    "zh_fullwidth_label_colon": ("第１：３个苹果", "第一：三个苹果"),
+    "zh_enumeration": ("选项1，2，3都对", "选项一，二，三都对"),
+    "zh_fullwidth_tag_like": ("＜｜en｜＞你好", "＜｜en｜＞你好"),
 }
+
+# Full-width text and its half-width form: read exactly alike (issue 33).
+FULL_WIDTH_PAIRS = [
+    ("￥299.9元", "¥299.9元"), ("￥２９９．９元", "¥299.9元"), ("＄5", "$5"), ("＄５", "$5"),
+    ("５０％", "50%"), ("１２３", "123"), ("价格＄１２．５０", "价格$12.50"),
+    ("涨了５０％", "涨了50%"), ("共１，２３４，５６７．８９元", "共1,234,567.89元"),
+    ("ＲＴＸ－４０９０显卡", "RTX-4090显卡"), ("３－５页", "3-5页"), ("１０：３０开会", "10:30开会"),
+    ("Ｉｔ ｃｏｓｔｓ ＄１，２３４．５６", "It costs $1,234.56"), ("€５ ＆ ￡３", "€5 & £3"),
+    ("５０％オフです", "50%オフです"), ("５０％ 할인", "50% 할인"),
+    ("０９０－１２３４－５６７８です", "090-1234-5678です"),
+]
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -157,7 +219,8 @@ _WORD_RE = regex.compile(r"\p{L}+")
 def _assert_words_kept_once(text: str, out: str) -> None:
     """Each letter run of ``text`` is found in ``out`` (longest first, each occurrence used up
     once); afterwards no input word of two or more letters is left in ``out`` (duplicated)."""
-    words = [w.lower() for w in _WORD_RE.findall(text)]
+    # full-width letters are read as their half-width forms (NFKC), so compare those
+    words = [unicodedata.normalize("NFKC", w).lower() for w in _WORD_RE.findall(text)]
     rest = out.lower()
     for word in sorted(words, key=len, reverse=True):
         i = rest.find(word)
@@ -173,6 +236,36 @@ def test_every_word_survives_once(name):
     text = (CASES.get(name) or UNCHANGED[name])[0]
     _assert_words_kept_once(text, normalize(text))
     _assert_words_kept_once(text, "".join(normalize_and_split(text)))
+
+
+@pytest.mark.parametrize("full,half", FULL_WIDTH_PAIRS, ids=[p[1] for p in FULL_WIDTH_PAIRS])
+def test_full_width_reads_as_half_width(full, half):
+    assert normalize(full) == normalize(half)
+    assert normalize_and_split(full) == normalize_and_split(half)
+
+
+def test_fold_fullwidth():
+    assert fold_fullwidth("￥２９９．９元") == "¥299.9元"
+    assert fold_fullwidth("５０％，ＡＢＣ＄＆＋／＝＠ｘｙｚ￠￡￦") == "50%，ABC$&+/=@xyz¢£₩"
+    assert fold_fullwidth("１，２３４，５６７．８") == "1,234,567.8"
+    assert fold_fullwidth("３～５天，－３度，ａ．ｂ") == "3~5天，-3度，a.b"
+    # Chinese punctuation and the contextual forms outside numbers stay
+    kept = "今天，天气好！你呢？是：的；（注）、【】「」……～好－的．1，2，12，3456：7"
+    assert fold_fullwidth(kept) == kept
+    assert fold_fullwidth("＜｜en｜＞") == "＜｜en｜＞"
+    # every always-folded character becomes one ASCII (or Latin-1/currency) character
+    for c in ALWAYS_FOLDED:
+        folded = fold_fullwidth(c)
+        assert len(folded) == 1 and folded != c and ord(folded) < 0x2100, c
+
+
+def test_rewrite_symbol_before_unit_zh():
+    assert rewrite_symbol_before_unit_zh("¥299.9元") == "299.9元"
+    assert rewrite_symbol_before_unit_zh("共$ 5 美元") == "共5美元"
+    assert rewrite_symbol_before_unit_zh("¥1.5万元和€3欧元") == "1.5万元和3欧元"
+    assert rewrite_symbol_before_unit_zh("¥1,234块") == "1,234块"
+    for text in ("¥299.9", "¥299个", "价格¥5，元旦", "299.9元"):
+        assert rewrite_symbol_before_unit_zh(text) == text
 
 
 def test_word_check_can_fail():

@@ -85,7 +85,9 @@ def test_schedule_matches_golden(src, case):
 @pytest.mark.parametrize("src,case", CASES)
 def test_chunk_lengths_and_sources(src, case):
     """Random flow noise, the golden's NSF sources: same source sizes and emitted lengths, and
-    the chunks together are the whole utterance (256 samples per mel frame)."""
+    the chunks together are what the hop algorithm emits: ``stream_mel_frames`` x 256 samples.
+    That is not always the whole segment's ``mel_frames_for_tokens`` x 256: every window rounds
+    its frames down on its own (340 tokens in 4 hops emit 584 frames, the segment has 585)."""
     st, c = _stream(src, case)
     rng = np.random.default_rng(0)
     total = 0
@@ -96,7 +98,8 @@ def test_chunk_lengths_and_sources(src, case):
         assert wav.dtype == np.float32 and wav.shape == (ch["speech"].shape[-1],)
         assert np.all(np.isfinite(wav))
         total += wav.size
-    assert total == 256 * mel_frames_for_tokens(len(c["speech_tokens"]))
+    assert total == sum(ch["speech"].shape[-1] for ch in c["chunks"])
+    assert total == 256 * stream_mel_frames(len(c["speech_tokens"]), st.constants)
 
 
 @pytest.mark.parametrize("src,case", CASES)
@@ -117,6 +120,15 @@ def test_golden_samples(src, case):
         assert wav.shape == ref.shape
         errs.append(float(np.max(np.abs(wav.astype(np.float64) - ref))))
     assert max(errs) < WAV_ATOL, errs
+
+
+def test_shipped_stream_golden_replays_samples():
+    """The shipped tiny-a stream.pt carries the CFM draw per chunk (an earlier copy held the
+    NSF noise-branch draw), so its sample-parity cases run instead of skipping."""
+    for case in ("plain", "prompt"):
+        st, c = _stream(TINY_A, case)
+        assert len(c["chunks"]) >= 2
+        assert _noise_is_flow_draw(st, c), [tuple(ch["noise"].shape) for ch in c["chunks"]]
 
 
 # ---- properties (no golden samples needed) -------------------------------------------------
@@ -203,7 +215,7 @@ def test_first_hop_steps_apply_to_a_first_hop_that_is_not_the_last():
     assert run(few, windows, n_timesteps=2)[1] == [2, 2]   # never more than asked
 
 
-@pytest.mark.parametrize("n", [14, 30, 57, 130])
+@pytest.mark.parametrize("n", [14, 30, 57, 130, 340])
 def test_stream_mel_frames_is_what_a_stream_emits(n):
     """``stream_mel_frames`` x 256 = the samples a token-hop stream emits, for both token-hop
     schedules (it may differ from the whole segment's frames by the windows' rounding)."""
@@ -219,5 +231,7 @@ def test_stream_mel_frames_is_what_a_stream_emits(n):
         total = sum(st.hop(tokens[a:b], fin, rng=rng).size
                     for a, b, fin in hop_windows(n, constants))
         assert total == stream_mel_frames(n, constants) * 256
-    # 30 tokens in the latency hops (14, then 20) round to one frame more than the segment
+    # 30 tokens in the latency hops (14, then 20) round to one frame more than the segment;
+    # 340 tokens in the official hops (120, 120, 120, 40) to one frame less
     assert (stream_mel_frames(30, LATENCY), mel_frames_for_tokens(30)) == (52, 51)
+    assert (stream_mel_frames(340), mel_frames_for_tokens(340)) == (584, 585)

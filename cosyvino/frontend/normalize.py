@@ -11,12 +11,15 @@ differences from the official code, each marked "deliberate" below):
 2. Text containing both ``<|`` and ``|>`` (a language tag like ``<|en|>``) is neither
    normalized nor split (HEAD rule), except that a text longer than the segment bound is split
    (deliberate, see :mod:`cosyvino.frontend.split`) and each later segment is prefixed with the
-   language tag in force at its start.
+   language tag in force at its start. Other text gets its full-width digits, letters,
+   currency signs, ``％`` ... folded to their half-width forms (deliberate,
+   :mod:`cosyvino.frontend.fullwidth`; Chinese punctuation is kept).
 3. Path (:func:`text_path`): kana -> Japanese (deliberate), else a CJK ideograph -> Chinese,
    else Hangul -> Korean (deliberate), else English.
    Chinese path (text contains a character in U+4E00..U+9FFF): URLs, e-mails, dotted names and
    multi-dot numbers are read as units (deliberate, :mod:`cosyvino.frontend.addresses`), the rest
-   gets the rewrites of :mod:`cosyvino.frontend.rules` (deliberate) and wetext zh TN
+   gets the rewrites of :mod:`cosyvino.frontend.rules` (deliberate: thousands separators,
+   letter-hyphen-digit, a currency symbol before a currency word) and wetext zh TN
    (``Normalizer(lang="zh", operator="tn", remove_erhua=False)``), delete ``\\n``, remove spaces
    except between two non-space ASCII characters, ``²``->``平方`` ``³``->``立方``, ``.``->``。``,
    ``" - "``->``，``, delete ``（）【】`` and backticks, ``——``->space, a trailing run of
@@ -53,6 +56,7 @@ import regex
 
 from cosyvino.errors import EmptyTextError, InputError
 from cosyvino.frontend import addresses, cjk_numbers, rules
+from cosyvino.frontend.fullwidth import fold_fullwidth
 from cosyvino.frontend.split import TAG_RE, split_paragraph
 from cosyvino.frontend.tokenizer import LANGUAGES
 
@@ -285,6 +289,7 @@ def _normalize_piece(eng, text: str, lang: str) -> str:
 
     def plain(part: str) -> str:
         part = rules.rewrite_hyphen_zh(rules.rewrite_thousands_zh(part))
+        part = rules.rewrite_symbol_before_unit_zh(part)
         return _wetext_keep_spaces(eng, part)
 
     def words(part: str) -> str:
@@ -463,7 +468,9 @@ def _prepare(text: str, text_frontend: bool) -> tuple[str, str | None]:
         raise _empty(text)
     if not text_frontend or has_tags(cleaned):
         return cleaned, None
-    return cleaned, text_path(cleaned)
+    # deliberate: full-width digits, letters, currency signs, % ... read as their half-width
+    # forms (Chinese punctuation is kept); the path does not depend on them
+    return fold_fullwidth(cleaned), text_path(cleaned)
 
 
 def normalize(text: str, *, text_frontend: bool = True) -> str:

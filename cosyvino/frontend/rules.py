@@ -24,6 +24,10 @@ Chinese (wetext ``lang="zh"``):
 * :func:`rewrite_hyphen_zh`: an ASCII letter, ``-``, a digit (``COVID-19``, ``RTX-4090``)
   becomes letter, space, digit; wetext otherwise reads the hyphen as a minus sign
   (``COVID负十九``). The space is removed by the Chinese path's blank rule afterwards.
+* :func:`rewrite_symbol_before_unit_zh`: a currency symbol amount followed by a currency word
+  (``¥299.9元``, ``$5美元``) loses the symbol: the word already says the unit, and wetext reads
+  the pair wrongly (``¥299.9元`` -> "二元九十九点九元", ``¥2元`` -> "¥两元", ``$5美元`` ->
+  "五美元美元", ``¥1.5万元`` -> "¥一点五万元"); ``299.9元`` reads "两百九十九点九元".
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["rewrite_money_en", "rewrite_thousands_en", "rewrite_thousands_zh",
-           "rewrite_hyphen_zh"]
+           "rewrite_hyphen_zh", "rewrite_symbol_before_unit_zh"]
 
 # symbol -> (unit singular, unit plural, subunit singular, subunit plural or None)
 _CURRENCIES = {
@@ -48,6 +52,12 @@ _MONEY_RE = re.compile(
 _THOUSAND_ONE_RE = re.compile(r"(?<![\d,.])1,(\d{3})(?![\d]|,\d)")
 _GROUPED_RE = re.compile(r"(?<![\d,.])\d{1,3}(?:,\d{3})+(?![\d]|,\d)")
 _HYPHEN_RE = re.compile(r"(?<=[A-Za-z])-(?=\d)")
+# the Chinese currency words a symbol amount can be followed by (the unit read after a number)
+_ZH_CURRENCY_WORDS = ("元", "圆", "块", "人民币", "美元", "美金", "欧元", "英镑", "日元",
+                      "日圆", "韩元", "港元", "港币", "澳元", "加元", "台币", "新台币")
+_SYMBOL_BEFORE_UNIT_RE = re.compile(
+    r"[$€£¥₩] ?([0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?) ?(?=[十百千万亿]*(?:"
+    + "|".join(_ZH_CURRENCY_WORDS) + "))")
 
 
 def rewrite_money_en(text: str) -> str:
@@ -84,3 +94,10 @@ def rewrite_thousands_zh(text: str) -> str:
 def rewrite_hyphen_zh(text: str) -> str:
     """``COVID-19`` -> ``COVID 19`` (an ASCII letter, a hyphen, a digit)."""
     return _HYPHEN_RE.sub(" ", text)
+
+
+def rewrite_symbol_before_unit_zh(text: str) -> str:
+    """``¥299.9元`` -> ``299.9元``, ``$ 5 美元`` -> ``5美元``, ``¥1.5万元`` -> ``1.5万元`` (a
+    symbol amount before a currency word, optionally with a scale 十百千万亿 between);
+    ``¥299.9`` alone is left to wetext ("两百九十九点九元")."""
+    return _SYMBOL_BEFORE_UNIT_RE.sub(r"\1", text)
