@@ -59,8 +59,9 @@ def load_torch_file(path: str | os.PathLike, *, mmap: bool = True):
 
 
 def check_state_dict(state_dict: Mapping[str, object], expected: Mapping[str, Sequence[int]],
-                     path: str, *, hint: str = "") -> None:
-    """Compare a state_dict's keys and shapes with ``expected`` exactly.
+                     path: str, *, hint: str = "", config_name: str = "cosyvoice.yaml") -> None:
+    """Compare a state_dict's keys and shapes with ``expected`` exactly (``config_name``: the
+    config file the architecture came from, named in the message).
 
     Raises:
         CheckpointError: listing missing keys, unexpected keys and shape mismatches
@@ -85,7 +86,7 @@ def check_state_dict(state_dict: Mapping[str, object], expected: Mapping[str, Se
     if mismatched:
         parts.append(_listing([f"{k}: expected {list(e)} found {list(f)}"
                                for k, e, f in mismatched], "shape mismatches"))
-    msg = f"{path} does not match the model architecture in cosyvoice.yaml: " + "; ".join(parts)
+    msg = f"{path} does not match the model architecture in {config_name}: " + "; ".join(parts)
     if hint:
         msg += f". {hint}"
     raise CheckpointError(msg, path, missing=missing, unexpected=unexpected,
