@@ -1,6 +1,6 @@
-"""CosyVoice2 voices of ``spk2info.pt`` (sheet v2 §3.7): SFT speakers and official zero-shot
-bundles, and the numpy files a converted dir keeps them in. Must not import torch (the official
-``.pt`` is read by :func:`read_spk2info`, which imports it only then).
+"""CosyVoice2 voices of ``spk2info.pt`` (sheet v2 §3.7) as cosyvino voices: SFT speakers and
+official zero-shot bundles (read by :mod:`.speakers`), and the numpy files a converted dir keeps
+them in. Must not import torch.
 
 An official ``spk2info.pt`` maps a name to either
 
@@ -25,12 +25,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from cosyvino.errors import CheckpointError, ConvertedModelError
+from cosyvino.errors import ConvertedModelError
 from cosyvino.voices import Voice
 
-#: spk2info keys of a zero-shot bundle that cosyvino reads (sheet v2 §3.7)
-BUNDLE_KEYS = ("prompt_text", "flow_prompt_speech_token", "prompt_speech_feat",
-               "flow_embedding")
 #: the converted dir's files (:func:`write_voice_files` / :func:`read_voice_files`)
 VOICES_JSON, VOICES_NPZ = "voices.json", "voices.npz"
 
@@ -55,86 +52,29 @@ class PromptVoice(Voice):
         return h.hexdigest()
 
 
-def _array(value: Any, dtype, what: str, path: str) -> np.ndarray:
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    try:
-        arr = np.asarray(value)
-    except Exception as e:  # noqa: BLE001 - any unreadable entry is the same typed error
-        raise CheckpointError(f"{path}: {what} is not an array ({e})", path) from None
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)):
-        raise CheckpointError(f"{path}: {what} is not numeric ({arr.dtype})", path)
-    return arr.astype(dtype)
-
-
-def split_spk2info(data: Mapping[str, Any], path: str, *, embed_dim: int, mel_bins: int,
-                   decode: Callable[[list[int]], str] | None = None
+def split_speakers(speakers: Mapping[str, Any], decode: Callable[[list[int]], str] | None = None
                    ) -> tuple[dict[str, np.ndarray], dict[str, PromptVoice]]:
-    """The SFT speakers (name -> float32 [1, embed_dim]) and the zero-shot bundles (name ->
-    :class:`PromptVoice`) of a loaded ``spk2info`` mapping. ``decode``: Qwen ids -> text for
-    the bundles' ``prompt_text`` (None: the ids written out).
-
-    An entry with an ``embedding`` is a speaker (even if it also holds a bundle, as upstream's
-    ``inference_sft`` reads only that key); an entry with every key of :data:`BUNDLE_KEYS` is a
-    bundle; anything else is refused.
-
-    Raises: CheckpointError naming the entry (not a mapping, missing keys, wrong shapes)."""
-    speakers: dict[str, np.ndarray] = {}
+    """The SFT speakers (name -> float32 [1, 192]) and the zero-shot bundles (name ->
+    :class:`PromptVoice`) of what :func:`~.speakers.load_cosyvoice2_spk2info` read (name ->
+    :class:`~.speakers.CosyVoice2Speaker`). ``decode``: Qwen ids -> text for the bundles'
+    ``prompt_text`` (None: the ids written out). An entry with both layouts is an SFT speaker
+    (its ``embedding``) and a prompt voice (its bundle's ``flow_embedding``); the prompt voice
+    is what requests naming it get."""
+    sft: dict[str, np.ndarray] = {}
     bundles: dict[str, PromptVoice] = {}
-    if not isinstance(data, Mapping):
-        raise CheckpointError(f"{path}: expected a dict name -> info, got "
-                              f"{type(data).__name__}", path)
-    for name, info in data.items():
-        name = str(name)
-        if not isinstance(info, Mapping):
-            raise CheckpointError(f"{path}: entry {name!r} is not a dict", path)
-        if "embedding" in info:
-            emb = _array(info["embedding"], np.float32, f"{name!r} embedding", path)
-            if emb.size != embed_dim:
-                raise CheckpointError(f"{path}: speaker {name!r} embedding has shape "
-                                      f"{list(emb.shape)}, expected [1, {embed_dim}]", path)
-            speakers[name] = emb.reshape(1, embed_dim)
+    for name, spk in speakers.items():
+        if spk.embedding is not None:
+            sft[name] = np.asarray(spk.embedding, np.float32)
+        b = spk.bundle
+        if b is None:
             continue
-        missing = [k for k in BUNDLE_KEYS if k not in info]
-        if missing:
-            raise CheckpointError(f"{path}: entry {name!r} has neither 'embedding' (an SFT "
-                                  f"speaker) nor a zero-shot bundle (missing {missing})", path)
-        bundles[name] = _bundle_voice(name, info, path, embed_dim, mel_bins, decode)
-    return speakers, bundles
-
-
-def _bundle_voice(name, info, path, embed_dim, mel_bins, decode) -> PromptVoice:
-    text_ids = _array(info["prompt_text"], np.int64, f"{name!r} prompt_text", path).reshape(-1)
-    flow_tokens = _array(info["flow_prompt_speech_token"], np.int64,
-                         f"{name!r} flow_prompt_speech_token", path).reshape(-1)
-    llm_tokens = (_array(info["llm_prompt_speech_token"], np.int64,
-                         f"{name!r} llm_prompt_speech_token", path).reshape(-1)
-                  if "llm_prompt_speech_token" in info else flow_tokens)
-    feat = _array(info["prompt_speech_feat"], np.float32, f"{name!r} prompt_speech_feat", path)
-    emb = _array(info["flow_embedding"], np.float32, f"{name!r} flow_embedding", path)
-    if feat.size % mel_bins or emb.size != embed_dim or not text_ids.size or \
-            not flow_tokens.size:
-        raise CheckpointError(f"{path}: bundle {name!r} has prompt_speech_feat "
-                              f"{list(feat.shape)} (expected [1, M, {mel_bins}]), "
-                              f"flow_embedding {list(emb.shape)} (expected [1, {embed_dim}]), "
-                              f"{text_ids.size} text ids, {flow_tokens.size} speech tokens",
-                              path)
-    text = decode([int(i) for i in text_ids]) if decode is not None else \
-        " ".join(map(str, text_ids))
-    return PromptVoice(name=name, embedding=emb.reshape(1, embed_dim),
-                       prompt_speech_tokens=flow_tokens, prompt_mel=feat.reshape(-1, mel_bins),
-                       prompt_text=text, builtin=True, prompt_text_tokens=text_ids,
-                       llm_prompt_speech_tokens=llm_tokens)
-
-
-def read_spk2info(path: str) -> Mapping[str, Any]:
-    """The raw mapping of an official ``spk2info.pt`` (imports torch); {} when the file is
-    absent (upstream: optional). Raises ModelDirError / CheckpointError (unreadable)."""
-    if not os.path.isfile(path):
-        return {}
-    from cosyvino.families.cosyvoice1.checkpoint import load_torch_file
-
-    return load_torch_file(path, mmap=False)
+        ids = np.asarray(b.prompt_text_token, np.int64)
+        text = decode([int(i) for i in ids]) if decode is not None else " ".join(map(str, ids))
+        bundles[name] = PromptVoice(
+            name=name, embedding=b.flow_embedding, prompt_speech_tokens=b.flow_prompt_speech_token,
+            prompt_mel=b.prompt_speech_feat, prompt_text=text, builtin=True,
+            prompt_text_tokens=ids, llm_prompt_speech_tokens=b.llm_prompt_speech_token)
+    return sft, bundles
 
 
 # ---- converted dirs ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..model_config import CosyVoice2ModelConfig, read_model_config
-from ..voices import PromptVoice, read_spk2info, split_spk2info
+from ..voices import PromptVoice, split_speakers
 
 
 @dataclass
@@ -41,14 +41,17 @@ def spk2info_voices(model_dir: str, config: CosyVoice2ModelConfig
     bundle transcripts decoded with the dir's Qwen tokenizer. Raises CheckpointError /
     ModelDirError (unreadable file or tokenizer)."""
     path = os.path.join(model_dir, "spk2info.pt")
-    data = read_spk2info(path)
-    if not data:
+    if not os.path.isfile(path):  # optional upstream
         return {}, {}
     from cosyvino.families.cosyvoice23.tokenizer import load_qwen_tokenizer
 
-    tok = load_qwen_tokenizer(model_dir)
-    return split_spk2info(data, path, embed_dim=config.flow.spk_embed_dim,
-                          mel_bins=config.flow.output_size, decode=tok.decode)
+    from ..speakers import load_cosyvoice2_spk2info
+
+    cfg = config.flow
+    entries = load_cosyvoice2_spk2info(path, embed_dim=cfg.spk_embed_dim,
+                                       mel_bins=cfg.output_size,
+                                       speech_token_size=config.llm.speech_token_size)
+    return split_speakers(entries, decode=load_qwen_tokenizer(model_dir).decode)
 
 
 def load_torch_model(model_dir: str | os.PathLike) -> CosyVoice2TorchModel:
