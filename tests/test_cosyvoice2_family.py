@@ -13,13 +13,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cosyvino import Synthesizer  # noqa: E402
-from cosyvino.audio import join_chunks  # noqa: E402
-from cosyvino.errors import InputError  # noqa: E402
-from cosyvino.families import detect_family, get_family  # noqa: E402
-from cosyvino.plugins import get_backend  # noqa: E402
-from cosyvino.request import StreamingOptions, SynthesisRequest  # noqa: E402
-from conftest import TINY_A  # noqa: E402
+from conftest import TINY_A
+
+from cosyvino import Synthesizer
+from cosyvino.audio import join_chunks
+from cosyvino.errors import InputError
+from cosyvino.families import detect_family, get_family
+from cosyvino.plugins import get_backend
+from cosyvino.request import StreamingOptions, SynthesisRequest
 
 TINY_C = os.path.join(os.path.dirname(__file__), "fixtures", "tiny-c")
 TEXT = "Hello world, this is a test."
@@ -90,7 +91,10 @@ def test_flow_graphs_equal_the_parts_calls(stages):
     """The tensor-input encoder/estimator (chunk, look-ahead scale) give what the parts' Python
     flags give, full and chunk attention, final and not."""
     from cosyvino.families.cosyvoice2.graphs import FULL_ATTENTION
-    from cosyvino.families.cosyvoice2.torch.graphs import EstimatorGraph, FlowEncoderGraph
+    from cosyvino.families.cosyvoice2.torch.graphs import (
+        EstimatorGraph,
+        FlowEncoderGraph,
+    )
 
     flow = stages.runner.model.flow
     g = _golden("golden.pt")["flow"]
@@ -264,3 +268,65 @@ def test_official_stream_through_the_engine(tts):
     if len(chunks) > 1:
         assert sizes[0] == SAMPLES_PER_TOKEN * counts[0] - 3840
     assert [c.stats["is_last_in_segment"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
+
+
+# ---- ONNX: the generic exporter and ONNX Runtime ---------------------------------------------
+
+#: a whole synthesis, ONNX Runtime vs torch: fp32 rounding (graphs within 1.5e-4) amplified by
+#: the HiFT decode (sheet v2 README: a 1e-6 mel change moves samples by ~1e-4), 10 CFM steps
+SYNTH_ATOL = 5e-3
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(tmp_path_factory):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from cosyvino.export.onnx.convert import convert_model_dir
+
+    return convert_model_dir(TINY_C, str(tmp_path_factory.mktemp("tiny-c") / "onnx"))
+
+
+@pytest.fixture(scope="module")
+def ort_tts(onnx_dir):
+    t = Synthesizer(onnx_dir, backend="onnxruntime", voices_dir=False)
+    yield t
+    t.close()
+
+
+def test_converted_dir_is_self_contained(onnx_dir):
+    import json
+
+    with open(os.path.join(onnx_dir, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    assert manifest["family"] == "cosyvoice2" and manifest["runtime"] == "onnxruntime"
+    assert set(manifest["graphs"]) == set(get_family("cosyvoice2").graphs(
+        get_family("cosyvoice2").read_config(TINY_C)))
+    assert {"cosyvoice2.yaml", "CosyVoice-BlankEN/config.json", "cfm_noise.npy",
+            "voices.json", "voices.npz"} <= set(manifest["files"])
+    assert detect_family(onnx_dir).name == "cosyvoice2"
+
+
+def test_each_onnx_graph_equals_torch(onnx_dir, stages):
+    ort = get_backend("onnxruntime").load(onnx_dir)
+    try:
+        for name, spec in stages.runner.table.items():
+            ins = spec.example_inputs(seed=1)
+            got, want = ort.runner.run(name, ins), stages.runner.run(name, ins)
+            tol = WAV_ATOL if name == "hift_decode" else ATOL
+            for g, w in zip(got, want):
+                assert g.shape == w.shape and _maxabs(g, w) < tol, name
+        assert list(ort.prompt_voices) == ["alice", "bob"] and ort.speakers.keys() == {"中文女"}
+        for name, voice in ort.prompt_voices.items():
+            assert voice.digest() == stages.prompt_voices[name].digest()
+        np.testing.assert_array_equal(ort.cfm_noise(), stages.cfm_noise())
+    finally:
+        ort.close()
+
+
+def test_onnxruntime_synthesizes_like_torch(ort_tts, tts):
+    for voice, seed in (("中文女", 3), ("alice", 2)):
+        got, want = ort_tts.synthesize(TEXT, voice, seed=seed), tts.synthesize(TEXT, voice,
+                                                                               seed=seed)
+        np.testing.assert_array_equal(got.speech_tokens, want.speech_tokens)
+        assert got.samples.shape == want.samples.shape
+        assert _maxabs(got.samples, want.samples) < SYNTH_ATOL

@@ -135,7 +135,7 @@ class CosyVoice2(ModelFamily):
         return CosyVoice2Program(stages, request, draws, frontend)
 
 
-from .modes import MODES  # noqa: E402  (numpy only)
+from .modes import MODES
 
 CosyVoice2.modes = MODES
 

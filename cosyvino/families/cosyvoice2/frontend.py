@@ -24,7 +24,7 @@ class CosyVoice2Frontend(TextFrontend):
         super().__init__(tokenizer)
 
     @classmethod
-    def from_model_dir(cls, model_dir: str) -> "CosyVoice2Frontend":
+    def from_model_dir(cls, model_dir: str) -> CosyVoice2Frontend:
         """The frontend of an official or converted CosyVoice2 dir (its ``CosyVoice-BlankEN/``
         tokenizer files). Raises ModelDirError / ConfigError (tokenizer files)."""
         return cls(load_qwen_tokenizer(model_dir))

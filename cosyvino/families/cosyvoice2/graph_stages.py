@@ -11,8 +11,8 @@ import numpy as np
 from cosyvino.converted import is_converted_dir
 
 from ..cosyvoice1.stages import LLMSession
-from .serving_files import NOISE_FILE, read_noise
 from .graphs import FULL_ATTENTION
+from .serving_files import NOISE_FILE, read_noise
 from .stages import CosyVoice2Stages
 from .voices import read_voice_files
 
@@ -120,4 +120,4 @@ class CosyVoice2GraphStages(CosyVoice2Stages):
         self.runner.close()
 
 
-__all__ = ["CosyVoice2GraphStages", "GraphLLMSession", "NOISE_FILE"]
+__all__ = ["NOISE_FILE", "CosyVoice2GraphStages", "GraphLLMSession"]

@@ -32,8 +32,8 @@ instruction -> ``instruct2``; a speaker alone -> ``sft``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -103,8 +103,7 @@ def instruction_text(instruction: str) -> str:
     ``<|endofprompt|>`` appended unless it already ends with it. Raises InputError when only
     the marker (or nothing) is left."""
     body = instruction.rstrip()
-    if body.endswith(END_OF_PROMPT):
-        body = body[: -len(END_OF_PROMPT)]
+    body = body.removesuffix(END_OF_PROMPT)
     if not body.strip():
         raise InputError("instruction is empty")
     return body + END_OF_PROMPT

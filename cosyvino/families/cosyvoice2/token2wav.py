@@ -20,7 +20,7 @@ Per hop ``(start, stop, finalize)`` of a segment:
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

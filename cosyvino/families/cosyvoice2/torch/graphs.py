@@ -10,7 +10,7 @@ What the parts choose with Python flags is a tensor input here:
   call, whatever ``context`` holds);
 * full or chunk attention of the encoder and estimator (sheet v2 §5.2, §5.5): ``chunk``, int64
   [1]: query ``i`` sees keys ``j < (i // chunk + 1) * chunk``; the encoder's up-sampled layers
-  use ``chunk * upsample_stride``. :data:`FULL_ATTENTION` (larger than any sequence) gives full
+  use ``chunk * upsample_stride``. :data:`cosyvino.families.cosyvoice2.graphs.FULL_ATTENTION` (larger than any sequence) gives full
   attention, bit-equal to the parts' non-streaming path (an all-true mask hides nothing).
 
 Their parity with the parts' own calls (``flow.encode(..., finalize, streaming)``,
@@ -23,8 +23,6 @@ import torch
 from torch import nn
 
 from cosyvino.families.cosyvoice1.torch.transformer import rel_position_table
-
-from ..graphs import FULL_ATTENTION  # noqa: F401  (re-exported: the full-attention chunk)
 
 Tensor = torch.Tensor
 
