@@ -86,6 +86,9 @@ class Engine:
         self.prompts = prompts
         self.batchers = dict(batchers or {})
         self.builtin_voices = dict(builtin_voices(stages.speakers))
+        # voices a family's stages ship ready-made (CosyVoice2: the zero-shot bundles of
+        # spk2info.pt), served by name like the built-in speakers
+        self.builtin_voices.update(getattr(stages, "prompt_voices", None) or {})
         self.registered = voices if voices is not None else {}
         self._mode_names = None if modes is None else tuple(modes)
 
