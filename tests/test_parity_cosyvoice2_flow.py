@@ -24,7 +24,7 @@ from conftest import FIXTURES, TINY_C, golden_dirs_of
 
 from cosyvino.errors import CheckpointError, InputError, ModelDirError
 from cosyvino.families.cosyvoice2.flow_config import read_flow_config
-from cosyvino.families.cosyvoice2.torch.flow_inference import (
+from cosyvino.families.cosyvoice23.torch.flow_inference import (
     flow_inference,
     flow_mu,
 )
