@@ -158,7 +158,7 @@ def flow_inference(flow: CausalFlow, token, embedding, noise_table: np.ndarray, 
     if frames <= m1:
         raise InputError(f"no frames to generate: {frames} frames for a {m1}-frame prompt")
     mu = np.ascontiguousarray(h.transpose(0, 2, 1))
-    cond = np.zeros_like(mu)
+    cond = np.zeros((1, cfg.output_size, frames), np.float32)  # mel width, not mu's
     cond[:, :, :m1] = feat.transpose(0, 2, 1)
     mask = np.ones((1, 1, frames), np.float32)
     mel = solve_fixed_noise(_estimator(flow, streaming), noise_table, mu, mask, spks, cond,
