@@ -25,12 +25,10 @@ from conftest import FIXTURES, TINY_E, cpu_has_native_bf16, golden_dirs_of
 from torch.export import Dim, export
 
 from cosyvino.errors import CheckpointError, InputError, ModelDirError
-from cosyvino.families.cosyvoice23.fixed_noise import CFM_NOISE_SHAPE, make_cfm_noise_table
-from cosyvino.families.cosyvoice23.torch.flow_inference import (
-    flow_inference,
-    split_lookahead,
+from cosyvino.families.cosyvoice3.flow_config import (
+    FUN_COSYVOICE3_0_5B,
+    read_flow_config,
 )
-from cosyvino.families.cosyvoice3.flow_config import FUN_COSYVOICE3_0_5B, read_flow_config
 from cosyvino.families.cosyvoice3.torch.flow_loading import (
     build_flow,
     expected_flow_shapes,
@@ -38,6 +36,14 @@ from cosyvino.families.cosyvoice3.torch.flow_loading import (
     load_flow_checkpoint,
 )
 from cosyvino.families.cosyvoice3.torch.rotary import rope_inv_freq
+from cosyvino.families.cosyvoice23.fixed_noise import (
+    CFM_NOISE_SHAPE,
+    make_cfm_noise_table,
+)
+from cosyvino.families.cosyvoice23.torch.flow_inference import (
+    flow_inference,
+    split_lookahead,
+)
 
 TOL = 1e-4
 GOLDEN_DIRS = golden_dirs_of("cosyvoice3")

@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvino.families.cosyvoice1.torch.estimator import SinusoidalPosEmb
-from cosyvino.families.cosyvoice23.torch.chunk_mask import chunk_mask
 from cosyvino.families.cosyvoice3.flow_config import DiTConfig
 from cosyvino.families.cosyvoice3.torch.dit_block import AdaLayerNormZeroFinal, DiTBlock
 from cosyvino.families.cosyvoice3.torch.rotary import RotaryEmbedding
+from cosyvino.families.cosyvoice23.torch.chunk_mask import chunk_mask
 
 Tensor = torch.Tensor
 

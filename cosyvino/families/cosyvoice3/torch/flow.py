@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cosyvino.families.cosyvoice23.torch.pre_lookahead import PreLookaheadLayer
 from cosyvino.families.cosyvoice3.flow_config import DiTFlowConfig
 from cosyvino.families.cosyvoice3.torch.dit import DiT
+from cosyvino.families.cosyvoice23.torch.pre_lookahead import PreLookaheadLayer
 
 Tensor = torch.Tensor
 

@@ -12,9 +12,13 @@ import os
 import torch
 
 from cosyvino.errors import ModelDirError
-from cosyvino.families.cosyvoice23.torch.checkpoint import load_strict
-from cosyvino.families.cosyvoice3.flow_config import CONFIG_NAME, DiTFlowConfig, read_flow_config
+from cosyvino.families.cosyvoice3.flow_config import (
+    CONFIG_NAME,
+    DiTFlowConfig,
+    read_flow_config,
+)
 from cosyvino.families.cosyvoice3.torch.flow import CausalMaskedDiffWithDiT
+from cosyvino.families.cosyvoice23.torch.checkpoint import load_strict
 
 FLOW_FILE = "flow.pt"
 
