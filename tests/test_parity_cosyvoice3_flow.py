@@ -384,3 +384,22 @@ def test_estimator_bf16_autocast_is_finite(model_dir, streaming, key):
     want = _golden(model_dir)[key]
     rel = float((out - want).abs().max() / want.abs().max())
     assert rel < 0.05, f"bf16 autocast vs fp32: max abs error {rel:.3g} of the output range"
+
+
+def test_mu_narrower_than_the_mel():
+    """``mu`` is ``input_size`` wide and the prompt condition ``output_size`` wide (upstream
+    builds ``conds`` with ``output_size``); a config where they differ runs (random weights)."""
+    import dataclasses
+
+    small = read_flow_config(TINY_E)
+    cfg = dataclasses.replace(
+        small, input_size=48,
+        pre_lookahead=dataclasses.replace(small.pre_lookahead, in_channels=48),
+        estimator=dataclasses.replace(small.estimator, mu_dim=48))
+    torch.manual_seed(0)
+    flow = build_flow(cfg).eval()
+    g = _golden(TINY_E)
+    mel = flow_inference(flow, g["speech_token"][:, :20], g["embedding"], _noise(),
+                         prompt_token=g["prompt_speech_token"], prompt_feat=g["prompt_feat"],
+                         n_timesteps=2)
+    assert mel.shape == (1, cfg.output_size, 40) and np.isfinite(mel).all()
