@@ -24,10 +24,6 @@ from conftest import FIXTURES, TINY_C, golden_dirs_of
 
 from cosyvino.errors import CheckpointError, InputError, ModelDirError
 from cosyvino.families.cosyvoice2.flow_config import read_flow_config
-from cosyvino.families.cosyvoice2.torch.flow_inference import (
-    flow_inference,
-    flow_mu,
-)
 from cosyvino.families.cosyvoice2.torch.flow_loading import (
     build_flow,
     expected_flow_shapes,
@@ -35,6 +31,10 @@ from cosyvino.families.cosyvoice2.torch.flow_loading import (
     load_flow_checkpoint,
 )
 from cosyvino.families.cosyvoice23.fixed_noise import make_cfm_noise_table
+from cosyvino.families.cosyvoice23.torch.flow_inference import (
+    flow_inference,
+    flow_mu,
+)
 
 TOL = 1e-4
 GOLDEN_DIRS = golden_dirs_of("cosyvoice2")

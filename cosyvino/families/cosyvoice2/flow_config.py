@@ -9,15 +9,14 @@ arguments so a reader can map them back to the yaml. Must not import torch.
 
 from __future__ import annotations
 
-import ast
-import operator
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from cosyvino.errors import ConfigError
 from cosyvino.families.cosyvoice1.config import CFMConfig
-from cosyvino.families.cosyvoice1.yaml_config import Tagged, load_inert_yaml
+from cosyvino.families.cosyvoice1.yaml_config import load_inert_yaml
+from cosyvino.families.cosyvoice23.flow_yaml import FlowArgs, cfm_config
 
 #: upstream ``UpsampleConformerEncoder`` builds its pre-lookahead layer and ``up_layer`` with 512
 #: channels whatever ``output_size`` says (sheet §5.1 / reference README, tiny-c)
@@ -91,96 +90,15 @@ class CausalFlowConfig:
 
 # --- reading -------------------------------------------------------------------------------
 
-_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-          ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv}
+_FAMILY = "CosyVoice2"
 
 
-def _arith(text: str) -> float | int:
-    """Value of a number or a +,-,*,/ expression of numbers (what hyperpyyaml evaluates in a
-    ``!ref <a> * <b>`` after substitution, e.g. ``static_chunk_size: !ref <chunk_size> *
-    <token_mel_ratio>`` -> ``"25 * 2"``). Nothing else is evaluated. Raises ValueError."""
-
-    def ev(node: ast.AST):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
-                and not isinstance(node.value, bool):
-            return node.value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            v = ev(node.operand)
-            return -v if isinstance(node.op, ast.USub) else v
-        if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-            return _ARITH[type(node.op)](ev(node.left), ev(node.right))
-        raise ValueError(text)
-
-    try:
-        return ev(ast.parse(text.strip(), mode="eval").body)
-    except (SyntaxError, ZeroDivisionError, RecursionError):
-        raise ValueError(text) from None
-
-
-class _Args:
-    """Typed access to the arguments of one ``!new:`` node; errors name ``path`` and the key."""
-
-    def __init__(self, node: Any, where: str, path: str, expected_class: str):
-        if not isinstance(node, Tagged) or node.kind != "new" or not isinstance(node.args, dict):
-            raise ConfigError(f"{path}: '{where}' must be a '!new:' mapping "
-                              f"({expected_class})", path)
-        if node.class_name != expected_class:
-            raise ConfigError(f"{path}: '{where}' is {node.target}; the CosyVoice2 flow needs "
-                              f"{expected_class}", path)
-        self.args, self.where, self.path = node.args, where, path
-
-    def _key(self, key: str) -> str:
-        return f"{self.where}.{key}"
-
-    def get(self, key: str, default: Any = ...) -> Any:
-        if key in self.args:
-            return self.args[key]
-        if default is ...:
-            raise ConfigError(f"{self.path}: '{self.where}' lacks required key '{key}'",
-                              self.path)
-        return default
-
-    def int(self, key: str, default: Any = ...) -> int:
-        value = self.get(key, default)
-        try:
-            number = _arith(value) if isinstance(value, str) else value
-            if isinstance(number, bool):  # yaml true/false is not a number
-                raise TypeError(value)
-            if int(number) != number:
-                raise ValueError(value)
-            return int(number)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{self.path}: '{self._key(key)}' must be an integer, got "
-                              f"{value!r}", self.path) from None
-
-    def float(self, key: str, default: Any = ...) -> float:
-        value = self.get(key, default)
-        try:
-            number = _arith(value) if isinstance(value, str) else value
-            if isinstance(number, bool):  # yaml true/false is not a number
-                raise TypeError(value)
-            return float(number)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{self.path}: '{self._key(key)}' must be a number, got "
-                              f"{value!r}", self.path) from None
-
-    def positive(self, key: str, default: Any = ...) -> int:
-        value = self.int(key, default)
-        if value <= 0:
-            raise ConfigError(f"{self.path}: '{self._key(key)}' must be positive, got {value}",
-                              self.path)
-        return value
-
-    def choice(self, key: str, allowed: tuple, default: Any = ...) -> Any:
-        value = self.get(key, default)
-        if value not in allowed:
-            raise ConfigError(f"{self.path}: '{self._key(key)}' is {value!r}; the CosyVoice2 "
-                              f"flow supports {', '.join(repr(a) for a in allowed)}", self.path)
-        return value
+def _args(node: Any, where: str, path: str, expected_class: str) -> FlowArgs:
+    return FlowArgs(node, where, path, expected_class, _FAMILY)
 
 
 def _encoder(node: Any, flow_input: int, path: str) -> UpsampleEncoderConfig:
-    enc = _Args(node, "flow.encoder", path, "UpsampleConformerEncoder")
+    enc = _args(node, "flow.encoder", path, "UpsampleConformerEncoder")
     # Upstream constructor defaults where the yaml may omit a key; a default the v2 code path
     # does not support (conv2d input, abs/rel_pos encodings, macaron, conv module) fails here.
     enc.choice("input_layer", ("linear",), "conv2d")
@@ -216,7 +134,7 @@ def _encoder(node: Any, flow_input: int, path: str) -> UpsampleEncoderConfig:
 
 
 def _estimator(node: Any, path: str) -> CausalEstimatorConfig:
-    est = _Args(node, "flow.decoder.estimator", path, "CausalConditionalDecoder")
+    est = _args(node, "flow.decoder.estimator", path, "CausalConditionalDecoder")
     raw = est.get("channels", [256, 256])
     try:
         channels = tuple(int(c) for c in raw)
@@ -239,21 +157,6 @@ def _estimator(node: Any, path: str) -> CausalEstimatorConfig:
         static_chunk_size=chunk)
 
 
-def _cfm(decoder: _Args, path: str) -> CFMConfig:
-    params = decoder.get("cfm_params")
-    args = params.args if isinstance(params, Tagged) else params
-    if isinstance(args, dict) and isinstance(args.get("content"), dict):
-        args = args["content"]  # omegaconf.DictConfig(content={...})
-    if not isinstance(args, dict):
-        raise ConfigError(f"{path}: 'flow.decoder.cfm_params' must be a mapping", path)
-    cfm = _Args(Tagged("new", "cfm_params", dict(args)), "flow.decoder.cfm_params", path,
-                "cfm_params")
-    return CFMConfig(sigma_min=cfm.float("sigma_min", 1e-6),
-                     solver=cfm.choice("solver", ("euler",), "euler"),
-                     t_scheduler=cfm.choice("t_scheduler", ("cosine",), "cosine"),
-                     inference_cfg_rate=cfm.float("inference_cfg_rate", 0.7))
-
-
 def flow_config_from_data(data: dict, path: str) -> CausalFlowConfig:
     """The ``flow:`` section of :func:`load_inert_yaml` output as a :class:`CausalFlowConfig`.
 
@@ -268,10 +171,10 @@ def flow_config_from_data(data: dict, path: str) -> CausalFlowConfig:
     if "flow" not in data:
         raise ConfigError(f"{path}: no 'flow:' section; is this a CosyVoice2 cosyvoice2.yaml?",
                           path)
-    flow = _Args(data["flow"], "flow", path, "CausalMaskedDiffWithXvec")
+    flow = _args(data["flow"], "flow", path, "CausalMaskedDiffWithXvec")
     flow.choice("output_type", ("mel",), "mel")
     input_size = flow.positive("input_size", 512)
-    decoder = _Args(flow.get("decoder"), "flow.decoder", path, "CausalConditionalCFM")
+    decoder = _args(flow.get("decoder"), "flow.decoder", path, "CausalConditionalCFM")
     estimator = _estimator(decoder.get("estimator"), path)
     output_size = flow.positive("output_size", 80)
     # estimator input = [x, mu, spks, cond], each output_size wide (sheet §5.5)
@@ -288,7 +191,7 @@ def flow_config_from_data(data: dict, path: str) -> CausalFlowConfig:
         token_mel_ratio=flow.choice("token_mel_ratio", (2,), 2),
         pre_lookahead_len=flow.positive("pre_lookahead_len", 3),
         encoder=_encoder(flow.get("encoder"), input_size, path),
-        estimator=estimator, cfm=_cfm(decoder, path))
+        estimator=estimator, cfm=cfm_config(decoder))
 
 
 def read_flow_config(path: str | os.PathLike) -> CausalFlowConfig:

@@ -3,7 +3,7 @@ tokens -> ``mu`` (embedding, encoder, ``encoder_proj``) and the x-vector -> ``sp
 
 Upstream ``cosyvoice/flow/flow.py::CausalMaskedDiffWithXvec``; CosyVoice2 sheet §5.1 (tree,
 registration order = ``flow.pt`` key order), §5.3 (inference steps 1-4). The CFM solve is in
-:mod:`cosyvino.families.cosyvoice2.torch.flow_inference`. Batch 1 without padding.
+:mod:`cosyvino.families.cosyvoice23.torch.flow_inference`. Batch 1 without padding.
 """
 
 from __future__ import annotations
