@@ -1,0 +1,35 @@
+"""Static chunk attention masks of the causal (streaming) flow.
+
+Upstream ``cosyvoice/utils/mask.py::subsequent_chunk_mask`` / ``add_optional_chunk_mask`` with a
+static chunk and all left chunks (``num_decoding_left_chunks`` -1). Facts: CosyVoice2 sheet §5.2
+(encoder: 25 tokens, up-sampled layers: 50 frames) and §5.5 (estimator: 50 frames); chunks are
+counted from frame 0 of the sequence (prompt included), never offset. Depends on torch only.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+Tensor = torch.Tensor
+
+
+def chunk_mask(length: int, chunk: int, device: Optional[torch.device] = None) -> Tensor:
+    """Query ``i`` may see key ``j`` iff ``j < (i // chunk + 1) * chunk``: full attention inside
+    the query's chunk and to every earlier chunk.
+
+    Args:
+        length: sequence length ``T`` (may be a symbolic size under export).
+        chunk: chunk size in frames/tokens, > 0.
+    Returns:
+        bool ``[T, T]`` (True = visible).
+    Raises:
+        ValueError: ``chunk <= 0`` (a programming error: 0 means "no chunk mask", handled by
+        the callers).
+    """
+    if chunk <= 0:
+        raise ValueError(f"chunk must be positive, got {chunk}")
+    i = torch.arange(length, device=device)
+    limit = (torch.div(i, chunk, rounding_mode="floor") + 1) * chunk
+    return i.unsqueeze(0) < limit.unsqueeze(1)
