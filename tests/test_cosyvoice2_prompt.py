@@ -191,3 +191,23 @@ def test_check_voice_and_missing_files(tmp_path, tiny_v2_model_dir):
         PromptEncoder(d, mel_bins=100)
     assert PromptEncoder(d, mel=MelConfig(n_fft=1920, sampling_rate=24000, hop_size=480,
                                           win_size=1920)).mel.sampling_rate == 24000
+
+
+def test_prompt_and_synthetic_modules_do_not_import_torch(tmp_path):
+    """Voices from recordings need no torch; the synthetic-dir modules import it only when
+    writing weights (the prompt-model stand-ins need onnx, not torch)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnx")
+    code = ("import sys\n"
+            "from cosyvino.families.cosyvoice2 import prompt_models, presets, yaml_writer\n"
+            "from cosyvino.families.cosyvoice2 import synthetic, synthetic_prompt_models\n"
+            "from cosyvino.frontend.features import prompt_mel_of\n"
+            "yaml_writer.render_cosyvoice2_yaml(presets.full_0_5b())\n"
+            f"synthetic_prompt_models.write_prompt_models({str(tmp_path)!r}, 'tiny')\n"
+            f"prompt_models.read_prompt_mel_config({str(TINY_C)!r})\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
