@@ -4,7 +4,6 @@ and the typed errors for missing or unsupported values (each naming the key)."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import TINY_C
 
 from cosyvino.errors import ConfigError, ModelDirError
@@ -47,8 +46,8 @@ def test_reads_tiny_c():
     ("pos_enc_layer_type: 'rel_pos_espnet'", "pos_enc_layer_type: 'rel_pos'",
      "flow.encoder.pos_enc_layer_type"),
     ("macaron_style: False", "macaron_style: True", "flow.encoder.macaron_style"),
-    ("        output_size: 512\n        attention_heads", "        output_size: 256\n"
-     "        attention_heads", "flow.encoder.output_size"),
+    ("        output_size: 512\n        attention_heads", ("        output_size: 256\n"
+     "        attention_heads"), "flow.encoder.output_size"),
     ("attention_heads: 4", "attention_heads: 3", "flow.encoder.attention_heads"),
     ("act_fn: 'gelu'", "act_fn: 'snake'", "flow.decoder.estimator.act_fn"),
     ("channels: [32]", "channels: [32, 32]", "flow.decoder.estimator.channels"),

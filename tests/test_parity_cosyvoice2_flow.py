@@ -20,21 +20,21 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import FIXTURES, TINY_C, golden_dirs_of  # noqa: E402
+from conftest import FIXTURES, TINY_C, golden_dirs_of
 
-from cosyvino.errors import CheckpointError, InputError, ModelDirError  # noqa: E402
-from cosyvino.families.cosyvoice2.flow_config import read_flow_config  # noqa: E402
-from cosyvino.families.cosyvoice2.torch.flow_inference import (  # noqa: E402
+from cosyvino.errors import CheckpointError, InputError, ModelDirError
+from cosyvino.families.cosyvoice2.flow_config import read_flow_config
+from cosyvino.families.cosyvoice2.torch.flow_inference import (
     flow_inference,
     flow_mu,
 )
-from cosyvino.families.cosyvoice2.torch.flow_loading import (  # noqa: E402
+from cosyvino.families.cosyvoice2.torch.flow_loading import (
     build_flow,
     expected_flow_shapes,
     load_flow,
     load_flow_checkpoint,
 )
-from cosyvino.families.cosyvoice23.fixed_noise import make_cfm_noise_table  # noqa: E402
+from cosyvino.families.cosyvoice23.fixed_noise import make_cfm_noise_table
 
 TOL = 1e-4
 GOLDEN_DIRS = golden_dirs_of("cosyvoice2")
@@ -43,17 +43,17 @@ _IDS = [d.name if d == TINY_C else str(d) for d in GOLDEN_DIRS]
 each_dir = pytest.mark.parametrize("model_dir", GOLDEN_DIRS, ids=_IDS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _flow(model_dir: Path):
     return load_flow(model_dir)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _golden(model_dir: Path) -> dict:
     return torch.load(model_dir / "golden.pt", map_location="cpu", weights_only=False)["flow"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _noise() -> np.ndarray:
     return make_cfm_noise_table()
 
@@ -124,11 +124,11 @@ def test_estimator_modes_differ(model_dir):
 
 
 _MEL_CASES = {
-    "mel": dict(streaming=False, finalize=True, prompt=False),
-    "mel_streaming": dict(streaming=True, finalize=True, prompt=False),
-    "mel_not_final": dict(streaming=True, finalize=False, prompt=False),
-    "mel_with_prompt": dict(streaming=False, finalize=True, prompt=True),
-    "mel_with_prompt_streaming": dict(streaming=True, finalize=True, prompt=True),
+    "mel": {"streaming": False, "finalize": True, "prompt": False},
+    "mel_streaming": {"streaming": True, "finalize": True, "prompt": False},
+    "mel_not_final": {"streaming": True, "finalize": False, "prompt": False},
+    "mel_with_prompt": {"streaming": False, "finalize": True, "prompt": True},
+    "mel_with_prompt_streaming": {"streaming": True, "finalize": True, "prompt": True},
 }
 
 
@@ -138,7 +138,7 @@ def test_mel(model_dir, key):
     """10 Euler steps, cosine schedule, CFG 0.7, the fixed seed-0 noise (sheet v2 §5.3-§5.4)."""
     g = _golden(model_dir)
     case = _MEL_CASES[key]
-    prompt = (dict(prompt_token=g["prompt_speech_token"], prompt_feat=g["prompt_feat"])
+    prompt = ({"prompt_token": g["prompt_speech_token"], "prompt_feat": g["prompt_feat"]}
               if case["prompt"] else {})
     mel = flow_inference(_flow(model_dir), g["speech_token"], g["embedding"], _noise(),
                          streaming=case["streaming"], finalize=case["finalize"], **prompt)
@@ -163,7 +163,7 @@ def test_streaming_incremental_consistency(model_dir, with_prompt):
     flow = _flow(model_dir)
     cfg = flow.cfg
     tokens = g["speech_token"]
-    prompt = (dict(prompt_token=g["prompt_speech_token"], prompt_feat=g["prompt_feat"])
+    prompt = ({"prompt_token": g["prompt_speech_token"], "prompt_feat": g["prompt_feat"]}
               if with_prompt else {})
     p = g["prompt_speech_token"].shape[1] if with_prompt else 0
     chunk, ahead, ratio = cfg.encoder.static_chunk_size, cfg.pre_lookahead_len, cfg.token_mel_ratio

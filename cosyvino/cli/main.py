@@ -179,7 +179,7 @@ def _check_before_load(model_dir: str | None, text: str | None, speaker: str | N
                     f"({skipped[speaker]}); register it again: cosyvino voices add "
                     f"{speaker} --prompt-wav FILE --overwrite", model_dir)
             if speaker not in registered:
-                raise UnknownSpeakerError(speaker, names + registered)
+                raise UnknownSpeakerError(speaker, names, registered)
 
 
 def _registered_voices(model_dir: str, voices_dir: str | None, family: str
