@@ -11,19 +11,19 @@ import os
 
 import numpy as np
 import pytest
-
 from conftest import FIXTURES, TINY_C
+
 from cosyvino.errors import InputError, ModelDirError
 
 torch = pytest.importorskip("torch")
 
-from cosyvino.families.cosyvoice1.yaml_config import load_inert_yaml  # noqa: E402
-from cosyvino.families.cosyvoice2 import synthetic  # noqa: E402
-from cosyvino.families.cosyvoice2.config import read_cosyvoice2_config  # noqa: E402
-from cosyvino.families.cosyvoice2.flow_config import read_flow_config  # noqa: E402
-from cosyvino.families.cosyvoice2.hift_config import read_hift_config  # noqa: E402
-from cosyvino.families.cosyvoice2.presets import PRESETS  # noqa: E402
-from cosyvino.families.cosyvoice2.yaml_writer import render_cosyvoice2_yaml  # noqa: E402
+from cosyvino.families.cosyvoice1.yaml_config import load_inert_yaml
+from cosyvino.families.cosyvoice2 import synthetic
+from cosyvino.families.cosyvoice2.config import read_cosyvoice2_config
+from cosyvino.families.cosyvoice2.flow_config import read_flow_config
+from cosyvino.families.cosyvoice2.hift_config import read_hift_config
+from cosyvino.families.cosyvoice2.presets import PRESETS
+from cosyvino.families.cosyvoice2.yaml_writer import render_cosyvoice2_yaml
 
 MANIFEST = FIXTURES / "cosyvoice2-0.5b-state-dict-keys.json"
 FILES = ("llm.pt", "flow.pt", "hift.pt")
@@ -90,7 +90,10 @@ def test_tiny_key_and_shape_set_is_the_golden_dirs():
 
 
 def test_tiny_dir_loads_strictly(tiny_v2_model_dir):
-    from cosyvino.families.cosyvoice2.llm_checkpoint import EMBED_TOKENS_KEY, LM_HEAD_KEY
+    from cosyvino.families.cosyvoice2.llm_checkpoint import (
+        EMBED_TOKENS_KEY,
+        LM_HEAD_KEY,
+    )
     from cosyvino.families.cosyvoice2.speakers import load_cosyvoice2_spk2info
     from cosyvino.families.cosyvoice2.torch.flow_loading import load_flow
     from cosyvino.families.cosyvoice2.torch.hift import load_hift
@@ -143,7 +146,7 @@ def test_prompt_model_stand_ins_keep_the_official_io(tiny_v2_model_dir):
     for frames in (1, 4, 5, 7, 100, 401, 3000):
         feats = rng.standard_normal((1, 128, frames)).astype(np.float32)
         (ids,) = tok.run(None, dict(zip(names, [feats, np.array([frames], np.int32)])))
-        assert ids.shape == (1, 1, -(-(-(-frames // 2)) // 2)) and ids.dtype == np.int64
+        assert ids.shape == (1, 1, math.ceil(math.ceil(frames / 2) / 2)) and ids.dtype == np.int64
         assert ids.min() >= 0 and ids.max() <= 6560
         seen.update(ids.reshape(-1).tolist())
     assert len(seen) > 50  # FSQ spreads random features over many codes
@@ -162,7 +165,10 @@ def test_make_model_errors(tmp_path, tiny_v2_model_dir):
 def test_float16_and_weight_g_variants_load(tmp_path):
     """float16 storage (as the goldens) and the older weight_g spelling both load strictly;
     the tied table stays one storage in float16 too."""
-    from cosyvino.families.cosyvoice2.llm_checkpoint import EMBED_TOKENS_KEY, LM_HEAD_KEY
+    from cosyvino.families.cosyvoice2.llm_checkpoint import (
+        EMBED_TOKENS_KEY,
+        LM_HEAD_KEY,
+    )
     from cosyvino.families.cosyvoice2.torch.hift import load_hift
     from cosyvino.families.cosyvoice2.torch.llm import load_cosyvoice2_lm
 

@@ -14,7 +14,7 @@ plus the flow and HiFT configs that the yaml readers of :mod:`.flow_config` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cosyvino.families.cosyvoice1.config import CFMConfig, SamplingConfig
 from cosyvino.families.cosyvoice2.flow_config import (
@@ -47,7 +47,7 @@ class CosyVoice2Preset:
     speech_token_size: int = SPEECH_TOKEN_SIZE
     spk_embed_dim: int = 192
     sample_rate: int = SAMPLE_RATE
-    sampling: SamplingConfig = SamplingConfig()
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
 
 def _flow(*, heads: int, units: int, blocks: int, est_ch: int, est_head_dim: int,

@@ -22,7 +22,7 @@ import math
 import os
 import shutil
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 from cosyvino.errors import InputError, ModelDirError
 from cosyvino.families.cosyvoice1.synthetic import SFT_SPEAKERS, SYNTHETIC_EOS_PROB
@@ -31,7 +31,11 @@ from cosyvino.families.cosyvoice2.config import YAML_NAME, CosyVoice2LLMConfig
 from cosyvino.families.cosyvoice2.presets import PRESETS, CosyVoice2Preset
 from cosyvino.families.cosyvoice2.synthetic_prompt_models import write_prompt_models
 from cosyvino.families.cosyvoice2.yaml_writer import render_cosyvoice2_yaml
-from cosyvino.families.cosyvoice23.qwen2_config import QWEN_CONFIG_FILE, QWEN_DIR, Qwen2Config
+from cosyvino.families.cosyvoice23.qwen2_config import (
+    QWEN_CONFIG_FILE,
+    QWEN_DIR,
+    Qwen2Config,
+)
 from cosyvino.fileutil import replace_dir
 
 #: the public Qwen2 BPE files shipped as package data (copied into ``CosyVoice-BlankEN/``)

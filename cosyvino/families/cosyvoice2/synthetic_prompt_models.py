@@ -30,7 +30,7 @@ SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2.onnx"
 #: ternary FSQ digits of the v2 tokenizer: 3^8 = 6561 codes (sheet v2 §2, §3.4)
 FSQ_DIGITS = 8
 
-_V2 = dict(strides=(2, 2), fsq_digits=FSQ_DIGITS, output_name="indices")
+_V2 = {"strides": (2, 2), "fsq_digits": FSQ_DIGITS, "output_name": "indices"}
 
 #: preset name -> (CAM++ shape, tokenizer shape); ``0.5b`` is the full size of the real files
 PROMPT_PRESETS = {
