@@ -116,26 +116,32 @@ def prompt_clip(path: str | None, seconds: float = PROMPT_SECONDS) -> tuple[np.n
 def measure_prompt(tts, clip: tuple[np.ndarray, int], tokens: int, runs: int = 3) -> dict:
     """The voice-cloning cost on ``tts`` (a Synthesizer with prompt models): per step of the
     prompt processing of ``clip`` (median of ``runs``, after one warm-up): intake
-    (:func:`cosyvino.prompt_audio.load_prompt_audio`: checks and soxr to 16 / 22.05 kHz),
+    (:func:`cosyvino.prompt_audio.load_prompt_audio`: checks and soxr to 16 kHz and the
+    encoder's mel rate: 22.05 kHz v1, 24 kHz CosyVoice2),
     speaker embedding (fbank + CAM++), speech tokens (whisper log-mel + tokenizer), prompt
     mel; then the wall seconds of a zero-shot synthesis of ``TEXTS[0]`` (``tokens`` forced)
     with the prompt passed per request and with it registered (median of ``runs``)."""
     from .families.cosyvoice1.prompt_models import default_prompt_backend
-    from .frontend.features import campplus_fbank, prompt_mel, whisper_log_mel
+    from .frontend.features import campplus_fbank, prompt_mel, prompt_mel_of, whisper_log_mel
     from .prompt_audio import MEL_RATE, load_prompt_audio
 
     encoder = tts.prompt_encoder
     models = encoder.models
+    mel = getattr(encoder, "mel", None)  # the family's prompt mel (None: v1's)
+    rate = MEL_RATE if mel is None else mel.sampling_rate
 
     def steps() -> dict:
         t0 = time.perf_counter()
-        audio = load_prompt_audio(clip)
+        audio = load_prompt_audio(clip, mel_rate=rate)
         t1 = time.perf_counter()
         models.embedding(campplus_fbank(audio.wav_16k))
         t2 = time.perf_counter()
         models.speech_tokens(whisper_log_mel(audio.wav_16k))
         t3 = time.perf_counter()
-        prompt_mel(audio.wav_22k, sample_rate=MEL_RATE)
+        if mel is None:
+            prompt_mel(audio.wav_mel, sample_rate=MEL_RATE)
+        else:
+            prompt_mel_of(audio.wav_mel, mel)
         t4 = time.perf_counter()
         return {"intake_ms": 1e3 * (t1 - t0), "embedding_ms": 1e3 * (t2 - t1),
                 "tokens_ms": 1e3 * (t3 - t2), "mel_ms": 1e3 * (t4 - t3),

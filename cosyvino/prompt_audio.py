@@ -1,14 +1,16 @@
-"""Prompt audio intake for voice cloning: one recording in any common format -> the 16 kHz and
-22.05 kHz mono waveforms the CosyVoice v1 frontend needs, with typed errors for bad input, and
-the prompt pieces computed from it (speaker embedding, prompt speech tokens, prompt mel).
+"""Prompt audio intake for voice cloning: one recording in any common format -> the 16 kHz
+waveform (CAM++, speech tokenizer) and the waveform at the model's prompt-mel rate (22.05 kHz for
+CosyVoice v1, the default; 24 kHz for CosyVoice2: ``mel_rate``), with typed errors for bad input,
+and the prompt pieces computed from it (speaker embedding, prompt speech tokens, prompt mel).
 
 Reading: soundfile (libsndfile: WAV, FLAC, OGG/Vorbis/Opus, MP3 with libsndfile >= 1.1, AIFF...)
 from a path, bytes or a binary file object; what libsndfile cannot read (AAC/M4A, WebM, ...) is
 decoded with PyAV when it is installed. Channels are averaged to mono (as the official
 ``load_wav``, architecture sheet 3.1), then soxr (``HQ``) resamples the source straight to
-16 kHz (CAM++ and the speech tokenizer, sheet 3.4 / 3.5) and to 22.05 kHz (the flow prompt mel,
-sheet 3.6 and known issue 8.5(1); resampling the source, not the 16 kHz copy, keeps the band up
-to the mel's 8 kHz fmax and is what the frontend goldens' 22.05 kHz waveform matches best).
+16 kHz (CAM++ and the speech tokenizer, sheet 3.4 / 3.5) and to the mel rate (the flow prompt
+mel, sheet 3.6 and known issue 8.5(1); sheet v2 §3.1; resampling the source, not the 16 kHz
+copy, keeps the band up to the mel's 8 kHz fmax and is what the frontend goldens' 22.05 kHz
+waveform matches best).
 
 Limits (every violation raises a :class:`PromptAudioError` subclass naming the limit; nothing is
 cut or padded silently):
@@ -49,7 +51,7 @@ SILENCE_RMS_DBFS = -60.0
 MIN_SAMPLE_RATE = 8000
 #: rate of CAM++ and the speech tokenizer (sheet 3.4 / 3.5)
 TOKENIZER_RATE = 16000
-#: rate of the flow prompt mel (sheet 3.6)
+#: rate of the flow prompt mel of CosyVoice v1 (sheet 3.6), the default ``mel_rate``
 MEL_RATE = 22050
 
 #: shortest accepted voice-conversion source recording, seconds (the source needs no speaker
@@ -110,17 +112,27 @@ class PromptAudio:
 
     Attributes:
         wav_16k: float32 [N16], mono, 16 kHz, in the file's scale ([-1, 1] for PCM).
-        wav_22k: float32 [N22], mono, 22.05 kHz.
+        wav_mel: float32 [Nm], mono, at ``mel_rate`` (the prompt mel's input).
         sample_rate: the file's sample rate, Hz.
         channels: the file's channel count (averaged to mono).
         seconds: duration, seconds (frames / sample_rate of the file).
+        mel_rate: the rate of ``wav_mel``, Hz (22050 for CosyVoice v1, 24000 for CosyVoice2).
     """
 
     wav_16k: np.ndarray
-    wav_22k: np.ndarray
+    wav_mel: np.ndarray
     sample_rate: int
     channels: int
     seconds: float
+    mel_rate: int = MEL_RATE
+
+    @property
+    def wav_22k(self) -> np.ndarray:
+        """``wav_mel`` of a v1 intake (22.05 kHz). Raises AttributeError for another rate."""
+        if self.mel_rate != MEL_RATE:
+            raise AttributeError(f"this prompt audio was loaded at {self.mel_rate} Hz, not "
+                                 f"{MEL_RATE} Hz: use wav_mel")
+        return self.wav_mel
 
 
 @dataclass(frozen=True)
@@ -130,8 +142,10 @@ class PromptFeatures:
 
     Attributes:
         embedding: float32 [1, 192], the raw CAM++ x-vector (LLM and flow speaker embedding).
-        speech_tokens: int64 [1, T] prompt speech tokens (50 Hz; T = ceil(N16 / 160 / 2)).
-        mel: float32 [M, 80] flow prompt mel (22.05 kHz, hop 256; M = N22 // 256), time-major.
+        speech_tokens: int64 [1, T] prompt speech tokens (v1: 50 Hz, T = ceil(N16 / 160 / 2);
+            CosyVoice2: 25 Hz).
+        mel: float32 [M, 80] flow prompt mel, time-major (v1: 22.05 kHz, hop 256,
+            M = N22 // 256; CosyVoice2: 24 kHz, hop 480, M = N24 // 480).
     """
 
     embedding: np.ndarray
@@ -355,17 +369,23 @@ def _resample(x: np.ndarray, rate: int, target: int) -> np.ndarray:
 
 def load_prompt_audio(source: AudioSource, *, what: str = "prompt audio",
                       min_seconds: float = MIN_SECONDS,
-                      max_seconds: float = MAX_SECONDS) -> PromptAudio:
+                      max_seconds: float = MAX_SECONDS,
+                      mel_rate: int = MEL_RATE) -> PromptAudio:
     """Read and validate one recording (module docstring: formats, limits; ``source`` as
-    :data:`AudioSource`, or an already loaded :class:`PromptAudio`, returned as is) -> its
-    16 kHz and 22.05 kHz mono waveforms. ``what`` names the recording in messages (e.g.
-    "source audio" for voice conversion).
+    :data:`AudioSource`, or an already loaded :class:`PromptAudio` of the same ``mel_rate``,
+    returned as is) -> its 16 kHz and ``mel_rate`` mono waveforms (the model family's prompt-mel
+    rate: 22.05 kHz for CosyVoice v1, 24 kHz for CosyVoice2). ``what`` names the recording in
+    messages (e.g. "source audio" for voice conversion).
 
     Raises:
         NotAudioError, EmptyAudioError, AudioTooShortError, AudioTooLongError,
-        SilentAudioError, InvalidAudioError (all :class:`PromptAudioError`, an InputError).
+        SilentAudioError, InvalidAudioError (all :class:`PromptAudioError`, an InputError);
+        InputError: a :class:`PromptAudio` loaded for another ``mel_rate``.
     """
     if isinstance(source, PromptAudio):
+        if source.mel_rate != mel_rate:
+            raise InputError(f"{what} was loaded for a {source.mel_rate} Hz prompt mel; this "
+                             f"model needs {mel_rate} Hz: load the recording again")
         return source
     mono, rate, channels = read_audio(source, what=what, max_seconds=max_seconds)
     if rate < MIN_SAMPLE_RATE:
@@ -384,33 +404,39 @@ def load_prompt_audio(source: AudioSource, *, what: str = "prompt audio",
         raise SilentAudioError(f"{what} is silent ({level}; speech needs an RMS level of at "
                                f"least {SILENCE_RMS_DBFS:g} dBFS)", rms_db)
     return PromptAudio(wav_16k=_resample(mono, rate, TOKENIZER_RATE),
-                       wav_22k=_resample(mono, rate, MEL_RATE), sample_rate=rate,
-                       channels=channels, seconds=seconds)
+                       wav_mel=_resample(mono, rate, mel_rate), sample_rate=rate,
+                       channels=channels, seconds=seconds, mel_rate=mel_rate)
 
 
-def prompt_features(audio: PromptAudio | AudioSource, models) -> PromptFeatures:
+def prompt_features(audio: PromptAudio | AudioSource, models, *, mel=None) -> PromptFeatures:
     """The prompt pieces of one recording: speaker embedding, prompt speech tokens and prompt
-    mel (sheet 3.8).
+    mel (sheet 3.8; sheet v2 §3.8).
 
     ``audio``: a :class:`PromptAudio` or anything :func:`load_prompt_audio` reads. ``models``:
     the prompt models (:class:`cosyvino.families.cosyvoice1.prompt_models.PromptModels`, or
     any object with ``embedding(fbank [T, 80]) -> [1, 192]`` and ``speech_tokens(log_mel
-    [1, 128, T]) -> int64 [1, T']``).
+    [1, 128, T]) -> int64 [1, T']``). ``mel``: the family's prompt-mel config (a
+    :class:`cosyvino.families.cosyvoice1.config.MelConfig`, e.g. CosyVoice2's 24 kHz one); None
+    is CosyVoice v1's (22.05 kHz, n_fft 1024, hop 256). ``audio`` is loaded at its rate.
 
     Lengths are not aligned: the v1 frontend uses the tokens and the mel of the prompt as
     they come (architecture sheet 10, row "Prompt alignment": v1 "none"; only v2 truncates
-    its 24 kHz mel to 2 frames per token), and the v1 flow regulates the prompt part of its
-    encoder output to the prompt mel's own frame count (sheet 5.2, step 4-5: M1 = prompt mel
-    frames, independent of the prompt token count). So T = ceil(N16 / 320) tokens (50 Hz) and
-    M = N22 // 256 frames (86.13 Hz), about 1.72 frames per token.
+    its 24 kHz mel to 2 frames per token, and not in every mode: that cut belongs to the v2
+    family, :func:`cosyvino.families.cosyvoice2.prompt_models.align_prompt`), and the v1 flow
+    regulates the prompt part of its encoder output to the prompt mel's own frame count
+    (sheet 5.2, step 4-5: M1 = prompt mel frames, independent of the prompt token count). So
+    for v1 T = ceil(N16 / 320) tokens (50 Hz) and M = N22 // 256 frames (86.13 Hz), about 1.72
+    frames per token.
 
     Raises: the :func:`load_prompt_audio` errors; BackendError from the models.
     """
-    from .frontend.features import campplus_fbank, prompt_mel, whisper_log_mel
+    from .frontend.features import campplus_fbank, prompt_mel, prompt_mel_of, whisper_log_mel
 
-    if not isinstance(audio, PromptAudio):
-        audio = load_prompt_audio(audio)
+    rate = MEL_RATE if mel is None else int(mel.sampling_rate)
+    audio = load_prompt_audio(audio, mel_rate=rate)
     embedding = models.embedding(campplus_fbank(audio.wav_16k))
     tokens = models.speech_tokens(whisper_log_mel(audio.wav_16k))
-    mel = np.ascontiguousarray(prompt_mel(audio.wav_22k, sample_rate=MEL_RATE)[0].T)
-    return PromptFeatures(embedding=embedding, speech_tokens=tokens, mel=mel)
+    feat = prompt_mel(audio.wav_mel, sample_rate=MEL_RATE) if mel is None else \
+        prompt_mel_of(audio.wav_mel, mel)
+    return PromptFeatures(embedding=embedding, speech_tokens=tokens,
+                          mel=np.ascontiguousarray(feat[0].T))

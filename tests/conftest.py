@@ -74,6 +74,15 @@ def tiny_model_dir(tmp_path_factory) -> str:
     return make_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=3)
 
 
+@pytest.fixture(scope="session")
+def tiny_v2_model_dir(tmp_path_factory) -> str:
+    """A synthetic tiny CosyVoice2 dir made by make-model (random weights, official layout,
+    the stand-in prompt models included)."""
+    from cosyvino.families.cosyvoice2.synthetic import make_model
+
+    return make_model("tiny", tmp_path_factory.mktemp("models") / "tiny-v2", seed=3)
+
+
 #: conversion format -> (extra ``cosyvino convert`` arguments, exporter module, packages needed)
 _FORMATS = {
     "openvino": ([], "cosyvino.export.openvino", ("openvino",)),

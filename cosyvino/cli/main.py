@@ -697,21 +697,56 @@ def speakers(model_dir, as_json):
     click.echo(json.dumps(names, ensure_ascii=False) if as_json else "\n".join(names))
 
 
+def synthetic_family(family: str | None, preset: str):
+    """The registered family that makes ``preset`` (``--family`` when given; else the one
+    whose :meth:`~cosyvino.families.ModelFamily.presets` include it, the default family
+    first when several do, e.g. ``tiny``).
+
+    Raises:
+        ModelDirError: ``family`` is not registered.
+        InputError: the family has no such preset, or no / several families have it (the
+            message lists each family's presets).
+    """
+    from cosyvino import families
+
+    classes = families.family_classes()
+    offers = {name: tuple(cls.presets()) for name, cls in sorted(classes.items())}
+    listing = "; ".join(f"{n}: {', '.join(p)}" for n, p in offers.items() if p)
+    if family is not None:
+        cls = families.get_family(family)
+        if preset not in offers.get(family, ()):
+            raise InputError(f"family {family!r} has no preset {preset!r}; presets: "
+                             f"{listing or 'none'}")
+        return cls
+    having = [n for n, p in offers.items() if preset in p]
+    if not having:
+        raise InputError(f"unknown preset {preset!r}; presets: {listing or 'none'}")
+    if families.DEFAULT_FAMILY in having:
+        return classes[families.DEFAULT_FAMILY]
+    if len(having) > 1:
+        raise InputError(f"preset {preset!r} exists in families {', '.join(having)}; choose "
+                         "one with --family")
+    return classes[having[0]]
+
+
 @main.command("make-model")
 @click.argument("out_dir", type=click.Path(file_okay=False))
-@click.option("--preset", type=click.Choice(["tiny", "300m"]), default="tiny", show_default=True)
+@click.option("--preset", default="tiny", show_default=True,
+              help="Model size: tiny or 300m (cosyvoice1), tiny or 0.5b (cosyvoice2).")
+@click.option("--family", default=None,
+              help="Model family, e.g. cosyvoice1 or cosyvoice2 (default: the family whose "
+                   "presets include PRESET; cosyvoice1 for tiny).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--hift-weight-norm", type=click.Choice(["parametrizations", "weight_g"]),
               default="parametrizations", show_default=True,
               help="Key spelling of the weight-normed convolutions in hift.pt.")
 @click.option("--overwrite", is_flag=True, help="Replace OUT_DIR if it exists.")
 @_friendly_errors
-def make_model_cmd(out_dir, preset, seed, hift_weight_norm, overwrite):
+def make_model_cmd(out_dir, preset, family, seed, hift_weight_norm, overwrite):
     """Write a SYNTHETIC checkpoint (random weights, official layout) to OUT_DIR."""
     from tqdm import tqdm
 
-    from cosyvino.families.cosyvoice1.synthetic import make_model
-
+    fam = synthetic_family(family, preset)
     try:  # the generator builds our torch model to get the official keys and shapes
         import torch  # noqa: F401
     except ImportError as e:
@@ -720,14 +755,14 @@ def make_model_cmd(out_dir, preset, seed, hift_weight_norm, overwrite):
 
     if os.path.exists(out_dir) and not overwrite:
         raise InputError(f"{out_dir} already exists; pick a new directory or use --overwrite")
-    with tqdm(total=5, desc=f"make-model {preset}", file=sys.stderr,
+    with tqdm(total=5, desc=f"make-model {fam.name} {preset}", file=sys.stderr,
               disable=not sys.stderr.isatty()) as bar:
         def step(msg):
             bar.set_postfix_str(msg)
             bar.update(1)
-        make_model(preset, out_dir, seed=seed, hift_weight_norm=hift_weight_norm,
-                   overwrite=overwrite, progress=step)
-    click.echo(f"wrote synthetic {preset} model to {out_dir}")
+        fam.make_synthetic(preset, out_dir, seed=seed, hift_weight_norm=hift_weight_norm,
+                           overwrite=overwrite, progress=step)
+    click.echo(f"wrote synthetic {fam.name} {preset} model to {out_dir}")
 
 
 @main.command()

@@ -9,7 +9,8 @@ Three features, each reproducing the official implementation's numbers:
 * :func:`whisper_log_mel` — input of ``speech_tokenizer_v1.onnx``: whisper's
   ``log_mel_spectrogram(n_mels=128)`` (openai-whisper ``audio.py``).
 * :func:`prompt_mel` — flow prompt feature: Matcha-TTS ``mel_spectrogram`` (n_fft 1024, hop 256,
-  80 mels, fmax 8000, ``center=False`` with reflect padding), natural log.
+  80 mels, fmax 8000, ``center=False`` with reflect padding), natural log; :func:`prompt_mel_of`
+  takes the parameters from a mel config (CosyVoice2: 24 kHz, n_fft 1920, hop 480).
 
 Mel filter banks: Slaney-style (librosa ``filters.mel`` defaults: slaney scale, slaney area
 norm) for whisper and Matcha; Kaldi's ``1127 ln(1 + f/700)`` triangles for the fbank.
@@ -140,17 +141,39 @@ def whisper_log_mel(wav_16k: np.ndarray, n_mels: int = 128) -> np.ndarray:
 
 
 def prompt_mel(wav: np.ndarray, sample_rate: int = 22050, n_fft: int = 1024, hop: int = 256,
-               n_mels: int = 80, fmin: float = 0.0, fmax: float | None = 8000.0) -> np.ndarray:
+               n_mels: int = 80, fmin: float = 0.0, fmax: float | None = 8000.0,
+               win: int | None = None) -> np.ndarray:
     """Matcha mel of prompt audio at ``sample_rate`` -> float32 [1, n_mels, T], T = N // hop.
 
-    Reflect-pad (n_fft - hop) / 2 each side, STFT without centring, periodic Hann,
-    magnitude sqrt(re^2 + im^2 + 1e-9), Slaney mel, natural log of max(x, 1e-5). The flow
-    takes it time-major ([1, T, n_mels]).
+    Reflect-pad (n_fft - hop) / 2 each side, STFT without centring, periodic Hann of ``win``
+    samples (default ``n_fft``; a shorter window is zero-padded to ``n_fft`` in the middle, as
+    ``torch.stft`` does), magnitude sqrt(re^2 + im^2 + 1e-9), Slaney mel, natural log of
+    max(x, 1e-5). The flow takes it time-major ([1, T, n_mels]). Defaults: the v1 flow prompt
+    mel (22.05 kHz, sheet v1 §3.6); CosyVoice2's is 24 kHz, n_fft = win 1920, hop 480 (sheet v2
+    §3.6; :func:`prompt_mel_of` with a mel config).
+
+    Raises: InputError for audio of at most (n_fft - hop) / 2 samples, NaN/inf, or ``win``
+    outside 1..n_fft.
     """
+    win = n_fft if win is None else win
+    if not 0 < win <= n_fft:
+        raise InputError(f"prompt_mel: window {win} must be in 1..n_fft ({n_fft})")
     pad = (n_fft - hop) // 2
     x = _mono(wav, pad + 1, "prompt_mel")
     x = np.pad(x, pad, mode="reflect")
-    spec = np.fft.rfft(_frames(x, n_fft, hop) * _hann_periodic(n_fft), axis=1)
+    window = np.zeros(n_fft)
+    left = (n_fft - win) // 2
+    window[left:left + win] = _hann_periodic(win)
+    spec = np.fft.rfft(_frames(x, n_fft, hop) * window, axis=1)
     mag = np.sqrt(spec.real ** 2 + spec.imag ** 2 + 1e-9)
     mel = slaney_mel_filters(sample_rate, n_fft, n_mels, fmin, fmax) @ mag.T
     return np.log(np.maximum(mel, 1e-5)).astype(np.float32)[None]
+
+
+def prompt_mel_of(wav: np.ndarray, mel) -> np.ndarray:
+    """:func:`prompt_mel` with the parameters of ``mel``, a yaml ``feat_extractor`` as
+    :class:`cosyvino.families.cosyvoice1.config.MelConfig` holds it (``n_fft``, ``num_mels``,
+    ``sampling_rate``, ``hop_size``, ``win_size``, ``fmin``, ``fmax``); ``wav`` must be at
+    ``mel.sampling_rate``. -> float32 [1, num_mels, N // hop_size]."""
+    return prompt_mel(wav, sample_rate=mel.sampling_rate, n_fft=mel.n_fft, hop=mel.hop_size,
+                      n_mels=mel.num_mels, fmin=mel.fmin, fmax=mel.fmax, win=mel.win_size)

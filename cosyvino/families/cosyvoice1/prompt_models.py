@@ -61,13 +61,15 @@ def runner_factory(backend: str = DEFAULT_BACKEND, **options) -> RunnerFactory:
     return lambda path: make(path, **options)
 
 
-def _open(model_dir: str, name: str, factory: RunnerFactory):
+def _open(model_dir: str, name: str, factory: RunnerFactory, tokenizer_file: str):
     path = os.path.join(model_dir, name)
     if not os.path.isfile(path):
+        where = "the base CosyVoice-300M dir" if tokenizer_file == SPEECH_TOKENIZER_FILE else \
+            "the model dir"
         raise ModelDirError(
-            f"{name} not found in {model_dir}: voice cloning needs the prompt models of the base "
-            f"CosyVoice-300M dir ({CAMPPLUS_FILE}, {SPEECH_TOKENIZER_FILE}); `cosyvino "
-            "make-model` writes synthetic ones", path)
+            f"{name} not found in {model_dir}: voice cloning needs the prompt models of {where} "
+            f"({CAMPPLUS_FILE}, {tokenizer_file}); `cosyvino make-model` writes synthetic ones",
+            path)
     return factory(path)
 
 
@@ -76,7 +78,8 @@ class PromptModels:
 
     ``PromptModels(model_dir)`` loads both files on OpenVINO; ``backend=`` names another
     registered backend, ``factory=`` gives the runners directly (then ``backend`` and
-    ``options`` are unused). ``model_dir`` may be an official dir or a converted one (the
+    ``options`` are unused). ``tokenizer_file`` / ``speech_vocab``: the speech tokenizer's file
+    and its id range (v1 defaults; CosyVoice2: ``speech_tokenizer_v2.onnx``, 6561). ``model_dir`` may be an official dir or a converted one (the
     converters copy both files). Thread-safe when the backend's runners are (both built-in
     ones are).
 
@@ -86,14 +89,17 @@ class PromptModels:
     """
 
     def __init__(self, model_dir: str | os.PathLike, backend: str = DEFAULT_BACKEND, *,
-                 factory: RunnerFactory | None = None, **options):
+                 factory: RunnerFactory | None = None,
+                 tokenizer_file: str = SPEECH_TOKENIZER_FILE, speech_vocab: int = SPEECH_VOCAB,
+                 **options):
         self.model_dir = os.fspath(model_dir)
         if not os.path.isdir(self.model_dir):
             raise ModelDirError(f"model directory not found: {self.model_dir}", self.model_dir)
         make = factory or runner_factory(backend, **options)
         self.backend = backend if factory is None else getattr(factory, "name", "custom")
-        self._campplus = _open(self.model_dir, CAMPPLUS_FILE, make)
-        self._tokenizer = _open(self.model_dir, SPEECH_TOKENIZER_FILE, make)
+        self.tokenizer_file, self.speech_vocab = tokenizer_file, speech_vocab
+        self._campplus = _open(self.model_dir, CAMPPLUS_FILE, make, tokenizer_file)
+        self._tokenizer = _open(self.model_dir, tokenizer_file, make, tokenizer_file)
 
     def embedding(self, fbank: np.ndarray) -> np.ndarray:
         """Speaker embedding of a prompt: ``fbank`` float [T, 80] (or [1, T, 80]), the
@@ -121,12 +127,13 @@ class PromptModels:
     def speech_tokens(self, log_mel: np.ndarray) -> np.ndarray:
         """Speech tokens of a prompt: ``log_mel`` float [1, 128, T] (or [128, T]), the whisper
         log-mel of :func:`cosyvino.frontend.features.whisper_log_mel`, 1 <= T <= 3000 ->
-        int64 [1, T'] (T' = ceil(T / 2) for the official file; ids 0..4095). The length input
-        is T (int32 [1]; sheet 3.5).
+        int64 [1, T'] (v1 file: T' = ceil(T / 2), ids 0..4095; v2 file: 25 Hz, ids 0..6560,
+        sheet v2 §3.4). The length input is T (int32 [1]; sheet 3.5).
 
         Raises:
             InputError: wrong shape, T over 3000 (30 s), NaN/inf.
-            BackendError: the runtime failed, or the model returned ids outside 0..4095.
+            BackendError: the runtime failed, or the model returned ids outside
+                0..speech_vocab - 1.
         """
         x = np.asarray(log_mel, dtype=np.float32)
         if x.ndim == 2:
@@ -144,12 +151,12 @@ class PromptModels:
         out = np.asarray(self._tokenizer.run([np.ascontiguousarray(x),
                                               np.array([frames], dtype=np.int32)])[0])
         if not np.issubdtype(out.dtype, np.integer):
-            raise BackendError(f"{SPEECH_TOKENIZER_FILE} returned {out.dtype} values, "
+            raise BackendError(f"{self.tokenizer_file} returned {out.dtype} values, "
                                "expected integer token ids")
         tokens = out.astype(np.int64).reshape(1, -1)
-        if tokens.size and (tokens.min() < 0 or tokens.max() >= SPEECH_VOCAB):
-            raise BackendError(f"{SPEECH_TOKENIZER_FILE} returned token ids outside "
-                               f"0..{SPEECH_VOCAB - 1} ({tokens.min()}..{tokens.max()})")
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= self.speech_vocab):
+            raise BackendError(f"{self.tokenizer_file} returned token ids outside "
+                               f"0..{self.speech_vocab - 1} ({tokens.min()}..{tokens.max()})")
         return tokens
 
     def close(self) -> None:
@@ -190,7 +197,15 @@ class PromptEncoder:
         embedding_dim / speech_vocab / mel_bins: what a voice must have to fit the loaded model
             (speaker embedding size, speech-token ids below ``speech_vocab``, prompt mel bins).
         factory / options: as :class:`PromptModels`.
+
+    A family with other prompt models subclasses it and sets :attr:`tokenizer_file` and
+    :attr:`mel` (CosyVoice2: :class:`cosyvino.families.cosyvoice2.prompt_models.PromptEncoder`).
     """
+
+    #: the speech tokenizer's file in the model dir
+    tokenizer_file: str = SPEECH_TOKENIZER_FILE
+    #: the prompt mel's config (``MelConfig``); None: v1's 22.05 kHz mel
+    mel = None
 
     def __init__(self, model_dir: str, backend: str | None = None, *, embedding_dim: int,
                  speech_vocab: int, mel_bins: int, factory: RunnerFactory | None = None,
@@ -211,26 +226,28 @@ class PromptEncoder:
         plus BackendError from :func:`default_prompt_backend`)."""
         with self._lock:
             if self._models is None:
+                files = dict(tokenizer_file=self.tokenizer_file, speech_vocab=self.speech_vocab)
                 if self._factory is not None:
-                    self._models = PromptModels(self.model_dir, factory=self._factory)
+                    self._models = PromptModels(self.model_dir, factory=self._factory, **files)
                 else:
                     self._models = PromptModels(self.model_dir,
                                                 default_prompt_backend(self.backend),
-                                                **self._options)
+                                                **files, **self._options)
             return self._models
 
     def voice(self, audio, *, name: str = "<prompt>", prompt_text: str | None = None):
         """A prompt bundle (:class:`cosyvino.voices.Voice`) from one recording: CAM++
-        embedding float32 [1, 192], prompt speech tokens int64 [N], prompt mel float32 [M, 80],
-        ``prompt_text`` as given (normalized where it is used).
+        embedding float32 [1, 192], prompt speech tokens int64 [N], prompt mel float32 [M, 80]
+        (:attr:`mel`'s rate and hop), ``prompt_text`` as given (normalized where it is used).
 
         Raises: the :func:`cosyvino.prompt_audio.load_prompt_audio` errors (typed
         ``PromptAudioError`` s), ModelDirError (prompt models missing), BackendError."""
-        from cosyvino.prompt_audio import load_prompt_audio, prompt_features
+        from cosyvino.prompt_audio import MEL_RATE, load_prompt_audio, prompt_features
         from cosyvino.voices import Voice
 
-        loaded = load_prompt_audio(audio)
-        feats = prompt_features(loaded, self.models)
+        rate = MEL_RATE if self.mel is None else self.mel.sampling_rate
+        loaded = load_prompt_audio(audio, mel_rate=rate)
+        feats = prompt_features(loaded, self.models, mel=self.mel)
         return Voice(name=name, embedding=feats.embedding,
                      prompt_speech_tokens=feats.speech_tokens.reshape(-1),
                      prompt_mel=feats.mel, prompt_text=prompt_text,
@@ -243,9 +260,11 @@ class PromptEncoder:
         Raises: the ``load_prompt_audio`` errors (named "source audio"), ModelDirError,
         BackendError."""
         from cosyvino.frontend.features import whisper_log_mel
-        from cosyvino.prompt_audio import SOURCE_MIN_SECONDS, load_prompt_audio
+        from cosyvino.prompt_audio import MEL_RATE, SOURCE_MIN_SECONDS, load_prompt_audio
 
-        loaded = load_prompt_audio(audio, what="source audio", min_seconds=SOURCE_MIN_SECONDS)
+        rate = MEL_RATE if self.mel is None else self.mel.sampling_rate
+        loaded = load_prompt_audio(audio, what="source audio", min_seconds=SOURCE_MIN_SECONDS,
+                                   mel_rate=rate)
         return self.models.speech_tokens(whisper_log_mel(loaded.wav_16k)).reshape(-1)
 
     def check_voice(self, voice) -> str | None:

@@ -16,6 +16,10 @@ random weights and exactly the official I/O contract (architecture sheet 3.4 / 3
   blocks, 1280-d, 20 heads, MLP 5120, 4096 codes (~130 M parameters, ~520 MB like the real
   523 MB file).
 
+The CosyVoice2 stand-ins (:mod:`cosyvino.families.cosyvoice2.synthetic_prompt_models`) reuse
+both builders: the same CAM++ network and the tokenizer with two stride-2 convs and an FSQ
+quantizer (:class:`TokenizerShape`).
+
 Tensor names are ours: the official code (and :mod:`.prompt_models`) feeds both models by
 position (sheet 3.4 / 3.5, open question 6). Weights are random (std 1/sqrt(fan-in)); the
 outputs carry no speaker or phonetic meaning, but the compute cost depends on the shapes only,
@@ -63,7 +67,12 @@ class CamPlusShape:
 
 @dataclass(frozen=True)
 class TokenizerShape:
-    """Shape of the whisper-style speech-tokenizer stand-in."""
+    """Shape of the whisper-style speech-tokenizer stand-in.
+
+    ``strides``: of the two k3 front-end convs (v1 ``(1, 2)``: 50 Hz tokens; v2 ``(2, 2)``:
+    25 Hz). ``fsq_digits`` 0: nearest-neighbour ``codebook`` quantizer (v1, 4096 codes);
+    ``fsq_digits`` n > 0: finite scalar quantization to n ternary digits, id = sum d_i 3^i
+    (v2: 8 digits, 6561 codes; sheet v2 §3.4). ``output_name``: the token output's name."""
 
     n_mels: int = 128
     d_model: int = 1280
@@ -71,6 +80,14 @@ class TokenizerShape:
     blocks: int = 6
     mlp: int = 5120
     codebook: int = CODEBOOK_SIZE
+    strides: tuple[int, int] = (1, 2)
+    fsq_digits: int = 0
+    output_name: str = "speech_tokens"
+
+    @property
+    def vocab(self) -> int:
+        """Token ids are 0 .. vocab - 1."""
+        return 3 ** self.fsq_digits if self.fsq_digits else self.codebook
 
 
 #: preset name -> (CAM++ shape, tokenizer shape); ``300m`` is the full size of the real files
@@ -213,8 +230,8 @@ def tokenizer_model(shape: TokenizerShape, seed: int = 0):
     g = _Graph(np.random.default_rng(seed))
     d, heads = shape.d_model, shape.heads
     dh = d // heads
-    x = g.gelu(g.conv("feats", shape.n_mels, d, 3))
-    x = g.gelu(g.conv(x, d, d, 3, stride=2))                            # [1, d, T']
+    x = g.gelu(g.conv("feats", shape.n_mels, d, 3, stride=shape.strides[0]))
+    x = g.gelu(g.conv(x, d, d, 3, stride=shape.strides[1]))             # [1, d, T']
     x = g.op("Transpose", [x], perm=[0, 2, 1])                          # [1, T', d]
     t_out = g.op("Gather", [g.op("Shape", [x]), g.const(np.array(1, np.int64))], axis=0)
     zero, one = g.const(np.array(0, np.int64)), g.const(np.array(1, np.int64))
@@ -222,9 +239,13 @@ def tokenizer_model(shape: TokenizerShape, seed: int = 0):
                          g.op("Unsqueeze", [zero, g.const(np.array([0], np.int64))]),
                          g.op("Unsqueeze", [t_out, g.const(np.array([0], np.int64))])])
     x = g.op("Add", [x, pos])
-    # key mask: frames at or past ceil(feats_length / 2) get -1e9
-    length = g.op("Cast", ["feats_length"], to=TensorProto.INT64)
-    valid_len = g.op("Div", [g.op("Add", [length, one]), g.const(np.array(2, np.int64))])
+    # key mask: frames at or past the valid length (feats_length through the strided convs,
+    # ceil(len / stride) per stride-2 conv) get -1e9
+    valid_len = g.op("Cast", ["feats_length"], to=TensorProto.INT64)
+    for stride in shape.strides:
+        if stride > 1:
+            valid_len = g.op("Div", [g.op("Add", [valid_len, g.const(np.array(
+                stride - 1, np.int64))]), g.const(np.array(stride, np.int64))])
     valid = g.op("Less", [g.op("Range", [zero, t_out, one]), valid_len])
     bias = g.op("Where", [valid, g.const(np.float32(0.0)), g.const(np.float32(-1e9))])
     bias = g.op("Reshape", [bias, g.const(np.array([1, 1, 1, -1], np.int64))])
@@ -244,19 +265,40 @@ def tokenizer_model(shape: TokenizerShape, seed: int = 0):
         h = g.gelu(g.linear(g.layer_norm(x, d), d, shape.mlp))
         x = g.op("Add", [x, g.linear(h, shape.mlp, d)])
     x = g.layer_norm(x, d)
-    x = g.op("Div", [x, g.op("ReduceL2", [x], axes=[-1], keepdims=1)])
-    codebook = g.rng.standard_normal((shape.codebook, d), dtype=np.float32)
-    codebook /= np.linalg.norm(codebook, axis=1, keepdims=True)
-    sim = g.op("MatMul", [x, g.const(codebook.T, "codebook")])
-    ids = g.op("ArgMax", [sim], axis=-1, keepdims=0)                    # [1, T'] int64
+    ids = _fsq(g, x, d, shape.fsq_digits) if shape.fsq_digits else _nearest_code(g, x, d,
+                                                                                  shape.codebook)
     g.op("Unsqueeze", [ids, g.const(np.array([1], np.int64))])
-    g.nodes[-1].output[0] = "speech_tokens"
+    g.nodes[-1].output[0] = shape.output_name
+    rate = "ceil(T/2)" if shape.strides == (1, 2) else "ceil(ceil(T/2)/2)"
     return g.model(
         [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, shape.n_mels, "T"]),
          helper.make_tensor_value_info("feats_length", TensorProto.INT32, [1])],
-        [helper.make_tensor_value_info("speech_tokens", TensorProto.INT64, [1, 1, "T_out"])],
+        [helper.make_tensor_value_info(shape.output_name, TensorProto.INT64, [1, 1, "T_out"])],
         "SYNTHETIC whisper-style S3 speech tokenizer (random weights): feats [1,128,T], "
-        "feats_length [1] -> speech_tokens [1,1,ceil(T/2)]")
+        f"feats_length [1] -> {shape.output_name} [1,1,{rate}], ids 0..{shape.vocab - 1}")
+
+
+def _nearest_code(g: _Graph, x: str, d: int, codebook_size: int) -> str:
+    """ids int64 [1, T'] of the L2-normalized features' nearest L2-normalized code (v1)."""
+    x = g.op("Div", [x, g.op("ReduceL2", [x], axes=[-1], keepdims=1)])
+    codebook = g.rng.standard_normal((codebook_size, d), dtype=np.float32)
+    codebook /= np.linalg.norm(codebook, axis=1, keepdims=True)
+    sim = g.op("MatMul", [x, g.const(codebook.T, "codebook")])
+    return g.op("ArgMax", [sim], axis=-1, keepdims=0)                  # [1, T'] int64
+
+
+def _fsq(g: _Graph, x: str, d: int, digits: int) -> str:
+    """ids int64 [1, T'] by finite scalar quantization (v2, sheet v2 §3.4): Linear(d -> digits),
+    tanh, x 0.999, round, + 1 -> ternary digits d_i, id = sum d_i 3^i."""
+    from onnx import TensorProto
+
+    h = g.op("Tanh", [g.linear(x, d, digits)])
+    h = g.op("Add", [g.op("Round", [g.op("Mul", [h, g.const(np.float32(0.999))])]),
+                     g.const(np.float32(1.0))])                          # [1, T', digits]
+    powers = (3.0 ** np.arange(digits)).astype(np.float32)[:, None]     # [digits, 1]
+    ids = g.op("MatMul", [h, g.const(powers, "powers")])                 # [1, T', 1], exact
+    ids = g.op("Squeeze", [ids, g.const(np.array([-1], np.int64))])
+    return g.op("Cast", [ids], to=TensorProto.INT64)
 
 
 def _save(model, path: str) -> None:
@@ -294,14 +336,27 @@ def write_prompt_models(out_dir: str | os.PathLike, preset: str = "tiny", *,
     if preset not in PROMPT_PRESETS:
         raise InputError(f"unknown prompt-model preset {preset!r}; choose one of "
                          f"{', '.join(PROMPT_PRESETS)}")
+    cam, tok = PROMPT_PRESETS[preset]
+    return write_prompt_model_files(out_dir, cam, tok, SPEECH_TOKENIZER_FILE, seed=seed)
+
+
+def write_prompt_model_files(out_dir: str | os.PathLike, cam: CamPlusShape,
+                             tok: TokenizerShape, tokenizer_file: str, *,
+                             seed: int = 0) -> tuple[str, str]:
+    """Write the CAM++ stand-in of shape ``cam`` as ``campplus.onnx`` and the tokenizer
+    stand-in of shape ``tok`` as ``tokenizer_file`` into ``out_dir`` (each atomically; the
+    tokenizer's weights use ``seed + 1``). Returns both paths.
+
+    Raises:
+        ModelDirError: ``onnx`` is not installed, or ``out_dir`` cannot be written.
+    """
     try:
         import onnx  # noqa: F401
     except ImportError as e:
         raise ModelDirError(f"writing the synthetic prompt models needs onnx ({e}); "
                             "pip install 'cosyvino[onnxruntime]'") from None
-    cam, tok = PROMPT_PRESETS[preset]
     out_dir = os.fspath(out_dir)
-    paths = (os.path.join(out_dir, CAMPPLUS_FILE), os.path.join(out_dir, SPEECH_TOKENIZER_FILE))
+    paths = (os.path.join(out_dir, CAMPPLUS_FILE), os.path.join(out_dir, tokenizer_file))
     try:
         _save(campplus_model(cam, seed), paths[0])
         _save(tokenizer_model(tok, seed + 1), paths[1])
