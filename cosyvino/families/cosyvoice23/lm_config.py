@@ -61,6 +61,11 @@ class SpeechLMConfig:
     min_token_text_ratio: float = 2.0
     max_token_text_ratio: float = 20.0
 
+    @property
+    def vocab_out(self) -> int:
+        """Rows of ``llm_decoder`` / ``speech_embedding`` (v2 6564, v3 6761): the family's."""
+        raise NotImplementedError
+
 
 def speech_lm_fields(data: Mapping[str, Any], path: str, qwen: Qwen2Config, *,
                      llm_class: str, qwen_path: str = "") -> dict[str, Any]:
