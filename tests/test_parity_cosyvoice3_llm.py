@@ -102,7 +102,7 @@ def test_zero_shot_first_logp(loaded):
 
 @torch.no_grad()
 def test_text_ids_outside_the_vocabulary_are_an_input_error(loaded):
-    lm, g = loaded
+    lm, _ = loaded
     vocab = lm.cfg.qwen.vocab_size
     for bad in (vocab, -1):
         with pytest.raises(InputError, match=f"0..{vocab - 1}"):

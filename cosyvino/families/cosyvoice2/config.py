@@ -11,8 +11,9 @@ their own modules from :attr:`CosyVoice2Config.sections`. Must not import torch.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from cosyvino.families.cosyvoice23.lm_config import (
     QWEN_ENCODER_CLASS,
@@ -36,9 +37,17 @@ LLM_CLASS = "Qwen2LM"
 FLOW_CLASS = "CausalMaskedDiffWithXvec"
 HIFT_CLASS = "HiFTGenerator"
 
-__all__ = ["YAML_NAME", "LLM_CLASS", "QWEN_ENCODER_CLASS", "FLOW_CLASS", "HIFT_CLASS",
-           "CosyVoice2LLMConfig", "CosyVoice2Config", "llm_config_from_data",
-           "read_cosyvoice2_config"]
+__all__ = [
+    "FLOW_CLASS",
+    "HIFT_CLASS",
+    "LLM_CLASS",
+    "QWEN_ENCODER_CLASS",
+    "YAML_NAME",
+    "CosyVoice2Config",
+    "CosyVoice2LLMConfig",
+    "llm_config_from_data",
+    "read_cosyvoice2_config",
+]
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ or run). Each family supplies its class names and its own special-token layout
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from cosyvino.errors import ConfigError, ModelDirError
 from cosyvino.families.cosyvoice1.config import SamplingConfig

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import os
 
-from cosyvino.families.cosyvoice23.lm_checkpoint import QWEN_PREFIX, load_speech_lm_state_dict
+from cosyvino.families.cosyvoice23.lm_checkpoint import (
+    QWEN_PREFIX,
+    load_speech_lm_state_dict,
+)
 from cosyvino.families.cosyvoice23.qwen2_checkpoint import qwen2_state_dict_shapes
 
 from .config import YAML_NAME, CosyVoice3LLMConfig

@@ -18,10 +18,13 @@ import os
 import torch
 from torch import nn
 
+from cosyvino.families.cosyvoice3.config import (
+    CosyVoice3LLMConfig,
+    read_cosyvoice3_config,
+)
+from cosyvino.families.cosyvoice3.llm_checkpoint import load_llm_state_dict
 from cosyvino.families.cosyvoice23.torch.qwen2 import Qwen2Model
 from cosyvino.families.cosyvoice23.torch.speech_lm import SpeechLMBase
-from cosyvino.families.cosyvoice3.config import CosyVoice3LLMConfig, read_cosyvoice3_config
-from cosyvino.families.cosyvoice3.llm_checkpoint import load_llm_state_dict
 
 Tensor = torch.Tensor
 
