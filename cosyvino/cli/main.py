@@ -778,8 +778,11 @@ def info(model_dir, as_json):
     from cosyvino.families.official import official_family
 
     model_dir = model_dir or default_model_dir()
-    if official_family(model_dir) == "cosyvoice2":  # read-only summary until v2 is servable
+    official = official_family(model_dir)
+    if official == "cosyvoice2":  # read-only summary until v2 is servable
         from cosyvino.families.cosyvoice2.info import model_info
+    elif official == "cosyvoice3":  # read-only summary until v3 is servable
+        from cosyvino.families.cosyvoice3.info import model_info
     else:
         from cosyvino.families.cosyvoice1.info import model_info
 

@@ -1,14 +1,15 @@
 """``cosyvino info`` for an official CosyVoice2 dir: config highlights, files, parameter counts
-and speakers, without building modules (sheet v2 §1, §3.7, §4.1). Serving CosyVoice2 comes with
-its model family; until then the summary says so (``servable``).
+and speakers, without building modules (sheet v2 §1, §3.7, §4.1); the summary itself is shared
+with CosyVoice3 (:func:`cosyvino.families.cosyvoice23.info.speech_lm_dir_info`). Serving
+CosyVoice2 comes with its model family; until then the summary says so (``servable``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from cosyvino.errors import ModelDirError
+from cosyvino.families.cosyvoice23.info import speech_lm_dir_info
 
 from .config import YAML_NAME, read_cosyvoice2_config
 
@@ -19,41 +20,13 @@ FILES = (YAML_NAME, "llm.pt", "flow.pt", "hift.pt", "spk2info.pt", "campplus.onn
 
 
 def model_info(model_dir: str) -> dict:
-    """The summary dict of an official CosyVoice2 dir (same layout as the v1 summary where
-    the fields exist: ``path``, ``family``, ``sample_rate``, ``llm``, ``files`` (MB or
-    ``absent``), ``parameters`` (per .pt file), ``speakers`` (SFT and zero-shot voices)).
+    """The summary dict of an official CosyVoice2 dir
+    (:func:`~cosyvino.families.cosyvoice23.info.speech_lm_dir_info`).
 
     Raises ModelDirError / ConfigError / CheckpointError (a checkpoint that cannot be read)."""
-    from cosyvino.families.cosyvoice1.checkpoint import load_torch_file
-
-    from .speakers import load_cosyvoice2_spk2info
-
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
     cfg = read_cosyvoice2_config(model_dir)
-    q = cfg.llm.qwen
-    files = {}
-    for name in FILES:
-        p = os.path.join(model_dir, name)
-        files[name] = f"{os.path.getsize(p) / 1e6:.1f} MB" if os.path.isfile(p) else "absent"
-    params = {}
-    for name in ("llm.pt", "flow.pt", "hift.pt"):
-        p = os.path.join(model_dir, name)
-        if os.path.isfile(p):
-            params[name] = f"{sum(v.numel() for v in load_torch_file(p).values()):,}"
-    spk_path = os.path.join(model_dir, "spk2info.pt")
-    speakers = load_cosyvoice2_spk2info(spk_path) if os.path.isfile(spk_path) else {}
-    return {
-        "path": os.path.abspath(model_dir),
-        "family": "cosyvoice2",
-        "servable": "no: this cosyvino reads CosyVoice2 dirs but cannot serve them yet",
-        "sample_rate": cfg.sample_rate,
-        "llm": {"width": q.hidden_size, "qwen2_layers": q.num_hidden_layers,
-                "heads": f"{q.num_attention_heads} (kv {q.num_key_value_heads})",
-                "mlp": q.intermediate_size, "speech_tokens": cfg.llm.speech_token_size,
-                "sampling": dataclasses.asdict(cfg.llm.sampling)},
-        "files": files,
-        "parameters": params,
-        "speakers": ", ".join(n for n, s in speakers.items() if s.embedding is not None),
-        "voices": ", ".join(n for n, s in speakers.items() if s.bundle is not None),
-    }
+    return speech_lm_dir_info(
+        model_dir, family="cosyvoice2", sample_rate=cfg.sample_rate, llm=cfg.llm, files=FILES,
+        servable="no: this cosyvino reads CosyVoice2 dirs but cannot serve them yet")

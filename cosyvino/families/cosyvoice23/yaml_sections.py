@@ -7,9 +7,10 @@ wrapper reads with errors that name the file and the dotted key. Must not import
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from cosyvino.errors import ConfigError
+from cosyvino.families.cosyvoice1.config import SamplingConfig
 from cosyvino.families.cosyvoice1.yaml_config import Tagged
 
 
@@ -90,3 +91,24 @@ class YamlSection:
                               self.path)
         return YamlSection(Tagged(node.kind, node.target, dict(node.args or {})),
                            f"{self.where}.{key}", self.path)
+
+
+def top_level_section(data: Mapping[str, Any], path: str) -> YamlSection:
+    """The yaml's top-level scalars (``sample_rate``, ``token_frame_rate``, ``chunk_size`` ...)
+    as a section, so they are read with the same typed errors (``where`` is ``(top level)``)."""
+    return YamlSection(Tagged("new", "(top level)", dict(data)), "(top level)", path)
+
+
+def ras_sampling_config(llm: YamlSection) -> SamplingConfig:
+    """The ``llm.sampling`` partial (``!name:...ras_sampling``, sheet v2 §4.5) as a
+    :class:`SamplingConfig`; its defaults (top-p 0.8, top-k 25, window 10, tau 0.1) when absent.
+
+    Raises:
+        ConfigError: ``sampling`` names another function or holds a non-numeric value.
+    """
+    node = llm.partial("sampling")
+    if node is None:
+        return SamplingConfig()
+    node.expect_class(("ras_sampling",))
+    return SamplingConfig(top_p=node.num("top_p", 0.8, float), top_k=node.num("top_k", 25),
+                          win_size=node.num("win_size", 10), tau_r=node.num("tau_r", 0.1, float))

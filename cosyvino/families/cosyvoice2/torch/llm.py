@@ -5,7 +5,9 @@ Sheet v2 §4.1 (modules), §4.4 (input layout), §4.5 (the KV-cached step). Modu
 (:class:`~cosyvino.families.cosyvoice23.torch.qwen2.Qwen2Model`, its ``embed_tokens`` is the
 text table), ``llm_decoder`` Linear(D, 6564) with bias (the speech head; Qwen's text
 ``lm_head`` is never built), ``speech_embedding`` Embedding(6564, D). No speaker embedding enters
-the v2 LLM. Sampling and the decode loop live in :mod:`cosyvino.families.cosyvoice23.decoding`.
+the v2 LLM. The prefix layout and the KV-cached step are shared with CosyVoice3
+(:class:`~cosyvino.families.cosyvoice23.torch.speech_lm.SpeechLMBase`); sampling and the decode
+loop live in :mod:`cosyvino.families.cosyvoice23.decoding`.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from torch import nn
 from cosyvino.families.cosyvoice2.config import CosyVoice2LLMConfig, read_cosyvoice2_config
 from cosyvino.families.cosyvoice2.llm_checkpoint import load_llm_state_dict
 from cosyvino.families.cosyvoice23.torch.qwen2 import Qwen2Model
+from cosyvino.families.cosyvoice23.torch.speech_lm import SpeechLMBase
 
 Tensor = torch.Tensor
 
 
-class CosyVoice2LM(nn.Module):
-    """Module tree of the v2 LLM (sheet v2 §4.1); weights from :func:`load_cosyvoice2_lm`."""
+class CosyVoice2LM(SpeechLMBase):
+    """Module tree of the v2 LLM (sheet v2 §4.1); weights from :func:`load_cosyvoice2_lm`.
+    ``lm_input`` / ``forward`` / ``embed_*`` / ``empty_cache``: :class:`SpeechLMBase`
+    (``logp`` is ``[B, 6564]``)."""
 
     def __init__(self, cfg: CosyVoice2LLMConfig):
         super().__init__()
@@ -38,50 +43,6 @@ class CosyVoice2LM(nn.Module):
         """``(sos, task)``, each float32 ``[1, 1, D]`` (rows 0 and 1 of ``llm_embedding``)."""
         w = self.llm_embedding.weight
         return w[self.cfg.sos].reshape(1, 1, -1), w[self.cfg.task_id].reshape(1, 1, -1)
-
-    def embed_text(self, text_token: Tensor) -> Tensor:
-        """int ``[1, L]`` Qwen2 text ids -> float32 ``[1, L, D]`` (unscaled rows of the tied table)."""
-        return self.qwen.embed_tokens(text_token.long())
-
-    def embed_speech(self, speech_token: Tensor) -> Tensor:
-        """int ``[1, N]`` speech ids (0 .. 6563) -> float32 ``[1, N, D]``."""
-        return self.speech_embedding(speech_token.long())
-
-    def lm_input(self, text_token: Tensor, prompt_text_token: Tensor | None = None,
-                 prompt_speech_token: Tensor | None = None) -> Tensor:
-        """The prefix ``[SOS][E_text(prompt_text ⧺ text)][TASK][E_speech(prompt_speech)]``
-        (sheet v2 §4.4), float32 ``[1, 1 + Lp + L + 1 + N, D]``.
-
-        Args:
-            text_token: int ``[1, L]`` tts text ids.
-            prompt_text_token: int ``[1, Lp]`` (zero-shot prompt or instruct text) or None.
-            prompt_speech_token: int ``[1, N]`` (zero-shot) or None.
-        """
-        sos, task = self.special_embeddings()
-        text = text_token if prompt_text_token is None else torch.cat(
-            [prompt_text_token.to(text_token.dtype), text_token], dim=1)
-        parts = [sos, self.embed_text(text), task]
-        if prompt_speech_token is not None and prompt_speech_token.shape[1] > 0:
-            parts.append(self.embed_speech(prompt_speech_token))
-        return torch.cat(parts, dim=1)
-
-    def forward(self, inputs_embeds: Tensor, past_k: Tensor, past_v: Tensor
-                ) -> tuple[Tensor, Tensor, Tensor]:
-        """One KV-cached LLM call (prefill, or one decode step) plus the speech head.
-
-        Args:
-            inputs_embeds: float32 ``[B, T, D]`` (the prefix, or one speech embedding).
-            past_k, past_v: float32 ``[layers, B, kv_heads, P, head_dim]`` (``P`` may be 0).
-        Returns:
-            ``logp`` float32 ``[B, 6564]``: log-softmax of ``llm_decoder`` at the last new
-            position (sheet v2 §4.5); ``present_k``, ``present_v`` with ``P + T`` positions.
-        """
-        h, k, v = self.qwen(inputs_embeds, past_k, past_v)
-        return torch.log_softmax(self.llm_decoder(h[:, -1]), dim=-1), k, v
-
-    def empty_cache(self, batch: int = 1) -> tuple[Tensor, Tensor]:
-        """Empty ``(past_k, past_v)`` for :meth:`forward`."""
-        return self.qwen.empty_cache(batch)
 
 
 def load_cosyvoice2_lm(model_dir: str | os.PathLike,
