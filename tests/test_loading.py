@@ -124,6 +124,20 @@ def test_both_weight_norm_spellings_load_identically(tiny_copy):
         torch.testing.assert_close(got[k], ref[k], rtol=0, atol=0)
 
 
+def test_half_precision_hift_is_upcast_before_folding(tiny_copy):
+    """A float16 hift.pt (as the v2/v3 golden dirs store them) loads like upstream's float32
+    module: g * v / ||v|| of the upcast pair, not a fold in float16."""
+    _edit(tiny_copy / "hift.pt", lambda sd: [sd.__setitem__(k, sd[k].half()) for k in list(sd)])
+    raw = torch.load(tiny_copy / "hift.pt", weights_only=True)
+    got = load_torch_model(tiny_copy).hift.state_dict()
+    for name in ("conv_pre", "ups.0", "f0_predictor.condnet.0"):
+        g = raw[f"{name}.parametrizations.weight.original0"].float()
+        v = raw[f"{name}.parametrizations.weight.original1"].float()
+        want = torch._weight_norm(v, g, 0)
+        assert got[f"{name}.weight"].dtype == torch.float32
+        torch.testing.assert_close(got[f"{name}.weight"], want, rtol=0, atol=1e-6)
+
+
 def test_generator_prefix_is_accepted(tiny_copy):
     _edit(tiny_copy / "hift.pt",
           lambda sd: [sd.__setitem__("generator." + k, sd.pop(k)) for k in list(sd)])

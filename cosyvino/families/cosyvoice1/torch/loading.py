@@ -77,8 +77,11 @@ def load_hift(hift: HiFTGenerator, path: str) -> None:
     sd = strip_generator_prefix(load_torch_file(path))
     spelling = hift_spelling(sd)
     check_state_dict(sd, _hift_file_shapes(hift, spelling), path, hint=_SPELLING_HINT)
+    # upcast before folding: upstream's float32 module copies a half-precision file's g and v,
+    # then computes g * v / ||v|| in float32 (folding in float16 moves the weights by ~1e-3)
+    sd = {k: v.float() for k, v in sd.items()}
     folded = fold_weight_norm(sd) if spelling != "plain" else sd
-    hift.load_state_dict({k: v.float() for k, v in folded.items()}, strict=True, assign=True)
+    hift.load_state_dict(folded, strict=True, assign=True)
 
 
 @dataclass
