@@ -1,0 +1,1 @@
+"""CosyVoice3's torch modules (reference implementation; the exporters trace them)."""
