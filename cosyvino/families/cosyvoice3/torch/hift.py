@@ -284,15 +284,26 @@ class CausalSourceStage(nn.Module):
         b, t, c = x.shape
         return x.unsqueeze(2).expand(b, t, self.hop, c).reshape(b, t * self.hop, c)
 
-    def forward(self, f0: torch.Tensor, sine_waves: torch.Tensor) -> torch.Tensor:
-        fn = f0.unsqueeze(-1) * self.harmonics                          # [B, T, H]
-        rad = torch.remainder(fn / self.sampling_rate, 1.0)
-        phase = torch.cumsum(rad, dim=1) * 2 * math.pi                 # [B, T, H]
+    def phase_increments(self, f0: torch.Tensor) -> torch.Tensor:
+        """f0 [B, T] -> ``(f0 · n / sampling_rate) mod 1`` [B, T, H], float32 (cycles/sample)."""
+        fn = f0.unsqueeze(-1) * self.harmonics
+        return torch.remainder(fn / self.sampling_rate, 1.0)
+
+    def excite(self, cycles: torch.Tensor, f0: torch.Tensor,
+               sine_waves: torch.Tensor) -> torch.Tensor:
+        """The source from the running sum of :meth:`phase_increments` (``cycles`` [B, T, H]
+        float32: torch's float32 cumsum, which accumulates in float64 on the CPU and rounds
+        each output), f0 [B, T] and the table rows [B, hop·T, H] -> [B, 1, hop·T]."""
+        phase = cycles * 2 * math.pi                                    # [B, T, H]
         sines = torch.sin(self._hold(phase * self.hop)) * self.sine_amp  # [B, hop T, H]
         uv = self._hold((f0 > self.voiced_threshold).to(f0.dtype).unsqueeze(-1))  # [B, L, 1]
         noise_amp = uv * self.noise_std + (1 - uv) * self.sine_amp / 3
         excitation = sines * uv + noise_amp * sine_waves
         return torch.tanh(self.m_source.l_linear(excitation)).transpose(1, 2)
+
+    def forward(self, f0: torch.Tensor, sine_waves: torch.Tensor) -> torch.Tensor:
+        cycles = torch.cumsum(self.phase_increments(f0), dim=1)
+        return self.excite(cycles, f0, sine_waves)
 
 
 class CausalDecodeStage(DecodeStage):
