@@ -310,3 +310,22 @@ def test_inference_input_errors(golden_dir):
         hift.inference(g["mel"][:, :, :8], g["sine_waves_head"], False)
     with pytest.raises(InputError, match="fixed noise table"):
         hift.inference(g["mel"], g["sine_waves_head"][:, :100], True)
+
+
+def test_config_tables_and_stream_modules_do_not_import_torch():
+    """Serving reads the config, slices the tables and runs the stream logic without torch; only
+    make_fixed_tables (conversion) imports it, lazily."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import numpy as np\n"
+            "from cosyvino.families.cosyvoice3 import hift_config, fixed_tables, official_stream\n"
+            f"hift_config.read_hift_config({str(FIXTURES / 'tiny-e')!r})\n"
+            f"fixed_tables.read_table_recipe({str(FIXTURES / 'tiny-e')!r})\n"
+            "fixed_tables.sine_wave_rows(np.zeros((1, 10, 9), np.float32), 5)\n"
+            "official_stream.emitted_samples(official_stream.hop_schedule(100))\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
