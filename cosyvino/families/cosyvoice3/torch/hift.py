@@ -329,12 +329,14 @@ class CausalDecodeStage(DecodeStage):
 
     def forward(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         s_stft = self._stft(source)
+        # lengths written from the mel's size (not negative slice ends), so an exported graph
+        # keeps one symbolic length
+        n = mel.shape[-1] if self.finalize else mel.shape[-1] - self.look_right
         if self.finalize or self.look_right == 0:
             x = self.conv_pre(mel)
         else:
-            r = self.look_right
-            x = self.conv_pre(mel[:, :, :-r], mel[:, :, -r:])
-            s_stft = s_stft[:, :, :-self.stft_frames_per_frame * r]
+            x = self.conv_pre(mel.narrow(-1, 0, n), mel.narrow(-1, n, self.look_right))
+            s_stft = s_stft.narrow(-1, 0, self.stft_frames_per_frame * n + 1)
         n_up = len(self.ups)
         for i in range(n_up):
             x = F.leaky_relu(x, self.lrelu_slope)
@@ -353,7 +355,7 @@ class CausalDecodeStage(DecodeStage):
         spec = torch.cat([magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1)
         wav = self._istft(spec)
         if not self.finalize:
-            wav = wav[:, :-self.samples_per_frame]
+            wav = wav.narrow(-1, 0, self.samples_per_frame * (n - 1))
         return torch.clamp(wav, -self.audio_limit, self.audio_limit)
 
 
