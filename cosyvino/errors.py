@@ -47,13 +47,27 @@ class EmptyTextError(InputError):
 
 
 class UnknownSpeakerError(InputError, KeyError):
-    """The speaker id is not in the model's ``spk2info.pt``; ``available`` lists valid ones."""
+    """No voice of this name: not a built-in speaker of the model (``spk2info.pt``) nor a
+    registered voice.
 
-    def __init__(self, speaker: str, available):
+    Args:
+        speaker: the name asked for.
+        available: the built-in speakers, in the model's order.
+        registered: the registered voice names (listed after the built-ins, sorted).
+
+    Attributes: ``speaker``; ``available``: every valid name, built-ins first;
+    ``builtin`` / ``registered``: the two groups.
+    """
+
+    def __init__(self, speaker: str, available, registered=()):
         self.speaker = speaker
-        self.available = sorted(available)
-        super().__init__(
-            f"unknown speaker {speaker!r}; available speakers: {', '.join(self.available)}")
+        self.builtin = list(dict.fromkeys(available))
+        self.registered = sorted(set(registered) - set(self.builtin))
+        self.available = self.builtin + self.registered
+        listed = f"available speakers: {', '.join(self.builtin) or 'none'}"
+        if self.registered:
+            listed += f"; registered voices: {', '.join(self.registered)}"
+        super().__init__(f"unknown speaker {speaker!r}; {listed}")
 
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return self.args[0]

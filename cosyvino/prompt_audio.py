@@ -148,10 +148,37 @@ def _describe(source) -> str:
 
 
 def _decoder_message(e: Exception) -> str:
-    """A decoder's error without the in-memory object it names (``<_io.BytesIO object at
-    0x...>``: a different address every call, noise for a client)."""
-    return re.sub(r"<_io\.\w+ object at 0x[0-9a-f]+>", "the data", str(e)).replace(
+    """A decoder's error as a client can read it: without the in-memory object it names
+    (``<_io.BytesIO object at 0x...>``: a different address every call), libsndfile's "Error
+    opening ...:" preamble and FFmpeg's ``[Errno N]`` code (``-1094995529``:
+    AVERROR_INVALIDDATA, meaningless to a client)."""
+    msg = re.sub(r"<_io\.\w+ object at 0x[0-9a-f]+>", "the data", str(e)).replace(
         "'<none>'", "the data")
+    msg = re.sub(r"^Error opening (the data|'[^']*'): ", "", msg)
+    msg = re.sub(r"^\[Errno -?\d+\] ", "", msg)
+    return re.sub(r": the data$", "", msg).strip()
+
+
+#: the first bytes of a RIFF/RF64 WAVE file (bytes 0-3 the container, 8-11 the form type)
+_WAV_MAGIC = (b"RIFF", b"RIFX", b"RF64")
+
+
+def _looks_like_wav(source) -> bool:
+    """Whether ``source`` (a path, bytes or a binary file object) starts as a WAV file does,
+    so a decoder's refusal means a damaged WAV, not another format."""
+    try:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            head = bytes(source[:12])
+        elif isinstance(source, (str, os.PathLike)):
+            with open(source, "rb") as f:
+                head = f.read(12)
+        else:
+            source.seek(0)
+            head = source.read(12)
+            source.seek(0)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(head, bytes) and head[:4] in _WAV_MAGIC and head[8:12] == b"WAVE"
 
 
 def _reopen(source):
@@ -190,6 +217,9 @@ def _read_av(source, what: str, max_seconds: float):
         if not streams:
             raise NotAudioError(f"{what}: {_describe(source)} has no audio stream")
         stream = streams[0]
+        if stream.codec_context is None:  # FFmpeg found no decoder for what the header says
+            raise NotAudioError(f"{what}: {_describe(source)}: its audio stream has no decoder "
+                                "(unknown or damaged codec header)")
         rate = int(stream.codec_context.sample_rate or stream.rate or 0)
         resampler = av.AudioResampler(format="fltp")  # float planar; layout and rate kept
         chunks, total = [], 0
@@ -277,6 +307,7 @@ def read_audio(source: AudioSource, *, what: str = "prompt audio",
         raise
     except Exception as e:  # soundfile.LibsndfileError / RuntimeError / TypeError ...
         errors.append(f"soundfile: {_decoder_message(e)}")
+        wav_error = _decoder_message(e)
     if data is None:
         try:
             import av  # noqa: F401
@@ -285,10 +316,17 @@ def read_audio(source: AudioSource, *, what: str = "prompt audio",
         else:
             try:
                 data, rate, channels = _read_av(source, what, max_seconds)
-            except PromptAudioError:
-                raise
+            except PromptAudioError as e:
+                if not _looks_like_wav(source) or not isinstance(e, NotAudioError):
+                    raise
             except Exception as e:  # av.error.InvalidDataError and friends
                 errors.append(f"PyAV: {_decoder_message(e)}")
+    if data is None and _looks_like_wav(source):
+        # both decoders refused what starts as a WAV file: its header is broken, and
+        # libsndfile's reason names the part (FFmpeg's is a generic 'invalid data')
+        raise NotAudioError(f"{what}: {_describe(source)} is a WAV file with a corrupt "
+                            f"header ({wav_error.rstrip('.')}); export the recording again "
+                            "as WAV, FLAC or MP3")
     if data is None:
         raise NotAudioError(f"{what}: {_describe(source)} is not a readable audio file "
                             f"(wav, flac, ogg, mp3, ...): {'; '.join(errors)}")

@@ -139,7 +139,7 @@ class SynthesisRequest:
             raise InputError("give either source_audio or speech_tokens, not both")
         mode = self._mode(modes, voice, unavailable or {})
         if mode.needs_speaker and voice is None:
-            raise UnknownSpeakerError(str(self.voice), list(voices))
+            raise _unknown_voice(self.voice, voices)
         speed = _check_speed(self.speed)
         seed = _check_seed(self.seed)
         steps = _check_timesteps(self.n_timesteps)
@@ -177,7 +177,7 @@ class SynthesisRequest:
         if isinstance(self.voice, Voice):
             return self.voice
         if not isinstance(self.voice, str) or self.voice not in voices:
-            raise UnknownSpeakerError(str(self.voice), list(voices))
+            raise _unknown_voice(self.voice, voices)
         return voices[self.voice]
 
     def _misfit(self, mode, voice: Voice | None) -> str | None:
@@ -290,3 +290,10 @@ def _check_tokens(speech_tokens, vocab: int | None) -> np.ndarray:
     if vocab is not None and (tokens.min() < 0 or tokens.max() >= vocab):
         raise InputError(f"speech tokens must be in [0, {vocab - 1}]")
     return tokens.astype(np.int64)
+
+
+def _unknown_voice(name, voices: Mapping[str, Voice]) -> UnknownSpeakerError:
+    """The error for a voice ``name`` not in ``voices``: built-in speakers listed first."""
+    builtin = [n for n, v in voices.items() if getattr(v, "builtin", False)]
+    return UnknownSpeakerError(str(name), builtin,
+                               [n for n, v in voices.items() if not getattr(v, "builtin", False)])

@@ -321,7 +321,8 @@ class Synthesizer:
         try:
             return self._store[name]
         except KeyError:
-            raise UnknownSpeakerError(str(name), list(self.voices)) from None
+            raise UnknownSpeakerError(str(name), list(builtin),
+                                      self.registered_voices) from None
 
     def voice_info(self, name: str) -> dict:
         """JSON-ready description of voice ``name``: :meth:`Voice.describe` (``name``,

@@ -20,6 +20,8 @@ TINY_A = pathlib.Path(__file__).parent.parent / "cosyvino" / "testing" / "fixtur
 
 #: the official-code golden tiny CosyVoice2 dir (tiny-c), copied from the reference material
 TINY_C = FIXTURES / "tiny-c"
+#: the official-code golden tiny CosyVoice3 dir (tiny-e)
+TINY_E = FIXTURES / "tiny-e"
 
 #: the yaml file that marks each family's official dir (the official ``AutoModel`` looks for these)
 FAMILY_YAML = {"cosyvoice1": "cosyvoice.yaml", "cosyvoice2": "cosyvoice2.yaml",
@@ -34,10 +36,10 @@ def extra_golden_dirs() -> list[pathlib.Path]:
 
 
 def golden_dirs_of(family: str) -> list[pathlib.Path]:
-    """The shipped golden dir of ``family`` (tiny-a for v1, tiny-c for v2; none yet for v3) plus
+    """The shipped golden dir of ``family`` (tiny-a for v1, tiny-c for v2, tiny-e for v3) plus
     the COSYVINO_GOLDEN_DIRS entries that hold that family's yaml, so a held-back dir of one
     family never reaches another family's parity tests."""
-    shipped = {"cosyvoice1": [TINY_A], "cosyvoice2": [TINY_C]}.get(family, [])
+    shipped = {"cosyvoice1": [TINY_A], "cosyvoice2": [TINY_C], "cosyvoice3": [TINY_E]}[family]
     marker = FAMILY_YAML[family]
     return [*shipped, *(d for d in extra_golden_dirs() if (d / marker).is_file())]
 

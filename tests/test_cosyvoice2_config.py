@@ -198,3 +198,18 @@ def test_missing_dir_and_empty_dir(tmp_path):
         read_cosyvoice2_config(tmp_path / "nope")
     with pytest.raises(ModelDirError, match="cosyvoice2.yaml"):
         read_cosyvoice2_config(tmp_path)
+
+
+def test_config_tokenizer_decoding_and_speakers_modules_do_not_import_torch():
+    import subprocess
+
+    code = ("import sys\n"
+            "from cosyvino.families.cosyvoice2 import config, decoding, info, speakers\n"
+            "from cosyvino.families.cosyvoice2 import llm_checkpoint\n"
+            "from cosyvino.families.cosyvoice23 import tokenizer, qwen2_checkpoint\n"
+            "from cosyvino.families import official\n"
+            f"config.read_cosyvoice2_config({str(TINY_C)!r})\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr

@@ -3,13 +3,16 @@ rule, without HTTP."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import wave
 
 import numpy as np
 import pytest
 
 from cosyvino.audio import Audio, float_to_int16
-from cosyvino.server.encoding import (AV_FORMATS, PCM_RATE, SPEECH_FORMATS, chunk_position,
+from cosyvino.server.encoding import (AAC_PRIMING, AV_FORMATS, OPUS_RATE, PCM_RATE,
+                                      SPEECH_FORMATS, chunk_position, encode_file,
                                       join_segments, make_encoder, smooth_join, to_int16)
 
 sf = pytest.importorskip("soundfile")
@@ -161,11 +164,12 @@ def test_same_input_gives_the_same_bytes(fmt):
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "opus", "aac", "flac"])
-def test_feeding_after_the_last_chunk_is_an_error(fmt):
+@pytest.mark.parametrize("complete", [True, False])
+def test_feeding_after_the_last_chunk_is_an_error(fmt, complete):
     enc = make_encoder(fmt, RATE)
+    if not complete:
+        enc.feed(speech_like(0.1), False)
     enc.feed(speech_like(0.1), True)
-    if fmt == "wav":  # headerless int16 appends; nothing to end
-        return
     with pytest.raises(ValueError, match="after the last chunk"):
         enc.feed(speech_like(0.1), False)
 
@@ -182,6 +186,130 @@ def test_a_cut_encoder_can_be_closed():
     enc.feed(speech_like(0.3), False)
     enc.close()
     enc.close()  # idempotent
+
+
+# ---- complete files ---------------------------------------------------------------------------
+def one_chunk(fmt: str, x: np.ndarray) -> bytes:
+    """What a response whose first chunk is its last sends (the server's complete file)."""
+    enc = make_encoder(fmt, RATE)
+    data = enc.feed(x, True) + enc.finish()
+    assert enc.complete
+    return data
+
+
+def streaminfo(data: bytes) -> tuple[int, bytes]:
+    """(total samples, MD5) of a FLAC's STREAMINFO (FLAC format spec, "METADATA_BLOCK_STREAMINFO":
+    the block follows ``fLaC`` and its 4-byte block header; total samples are the low 36 bits
+    of bytes 13..17, the MD5 of the decoded samples the last 16 bytes)."""
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # first block is STREAMINFO
+    info = data[8:8 + 34]
+    total = int.from_bytes(info[13:18], "big") & ((1 << 36) - 1)
+    return total, info[18:34]
+
+
+#: lengths around mp3 frame edges (576 samples) and the tiny one of a short reply
+LENGTHS = [100, 577, 23041, 72765]
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_complete_wav_has_its_length_for_every_reader(n):
+    x = speech_like(n / RATE + 0.01)[:n]
+    data = one_chunk("wav", x)
+    with wave.open(io.BytesIO(data)) as w:  # the stdlib reads the header's sizes
+        assert (w.getnframes(), w.getframerate(), w.getsampwidth()) == (n, RATE, 2)
+        np.testing.assert_array_equal(np.frombuffer(w.readframes(n + 10), "<i2"),
+                                      float_to_int16(x))
+    assert sf.info(io.BytesIO(data)).frames == n
+    y, rate = decode(data)
+    assert rate == RATE and y.size == n
+    assert data == encode_file("wav", x, RATE)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_complete_flac_has_total_samples_and_md5(n):
+    x = speech_like(n / RATE + 0.01)[:n]
+    data = one_chunk("flac", x)
+    pcm = float_to_int16(x)
+    assert streaminfo(data) == (n, hashlib.md5(pcm.astype("<i2").tobytes()).digest())
+    assert sf.info(io.BytesIO(data)).frames == n
+    y, rate = sf.read(io.BytesIO(data), dtype="int16")  # raised "array is too big" before
+    assert rate == RATE
+    np.testing.assert_array_equal(y, pcm)
+    np.testing.assert_array_equal(decode(data)[0], pcm)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_complete_mp3_starts_and_ends_with_the_audio(n):
+    x = speech_like(n / RATE + 0.01)[:n]
+    data = one_chunk("mp3", x)
+    y, rate = decode(data)  # FFmpeg reads the LAME header's delay and padding
+    assert rate == RATE and y.size == n
+    assert sf.info(io.BytesIO(data)).frames == n  # so does mpg123 (libsndfile)
+    z, rate = sf.read(io.BytesIO(data), dtype="float32")
+    assert rate == RATE and z.size == n
+    np.testing.assert_allclose(z, y, atol=1e-4)  # both decoders give the same samples
+    if n > 2000:  # the start lines up: no priming left in front
+        _, _, lag = aligned(x, y.astype(np.float32), max_lag=1105 + 576)
+        assert lag == 0
+        assert snr_db(x, y) > 15.0
+
+
+def test_complete_mp3_is_the_streams_audio_without_its_delay():
+    x = speech_like()
+    streamed, _ = decode(b"".join(encode_chunks("mp3", x, 7)))
+    whole, _ = decode(one_chunk("mp3", x))
+    # the same LAME frames: the stream (no LAME header) shows the 1105-sample delay
+    # (docs/server.md) that the complete file's header removes
+    np.testing.assert_allclose(streamed[1105:1105 + x.size], whole, atol=1e-6)
+
+
+def test_complete_opus_has_its_length():
+    x = speech_like()
+    data = one_chunk("opus", x)
+    n_opus = round(x.size * OPUS_RATE / RATE)
+    y, rate = decode(data)  # FFmpeg decodes Opus at 48 kHz
+    assert rate == 48000 and abs(y.size - 2 * n_opus) <= 2
+    z, rate = sf.read(io.BytesIO(data), dtype="float32")  # libsndfile at the stream's rate
+    assert rate == OPUS_RATE and abs(z.size - n_opus) <= 1
+    ref = soxr.resample(x, RATE, 48000).astype(np.float32)
+    _, _, lag = aligned(ref, y.astype(np.float32), max_lag=64)
+    assert lag == 0
+
+
+def test_aac_decodes_with_the_documented_priming():
+    # ADTS cannot signal the encoder's priming: decoders return AAC_PRIMING samples first and
+    # pad the end to a 1024-sample frame (docs/server.md); after them the start lines up
+    x = speech_like()
+    for data in (one_chunk("aac", x), b"".join(encode_chunks("aac", x, 7))):
+        y, rate = decode(data)
+        assert rate == RATE
+        assert x.size + AAC_PRIMING <= y.size < x.size + AAC_PRIMING + 1024
+        _, b, lag = aligned(x, y.astype(np.float32), max_lag=2048)
+        assert lag == AAC_PRIMING
+        assert snr_db(x[:b.size], b) > 15.0
+
+
+def test_streamed_files_say_their_length_is_unknown():
+    # what docs/server.md tells stream readers: no muxer patches what was sent
+    x = speech_like(1.0)
+    flac = b"".join(encode_chunks("flac", x, 3))
+    assert streaminfo(flac)[0] == 0  # "unknown"; FFmpeg still decodes all of it
+    np.testing.assert_array_equal(decode(flac)[0], float_to_int16(x))
+    wav = b"".join(encode_chunks("wav", x, 3))
+    with wave.open(io.BytesIO(wav)) as w:
+        assert w.getnframes() == 0x7FFFFFFF  # 0xFFFFFFFF bytes; reading stops at the end
+        assert len(w.readframes(w.getnframes())) == 2 * x.size
+    assert sf.read(io.BytesIO(wav))[0].size == x.size
+
+
+@pytest.mark.parametrize("fmt", SPEECH_FORMATS)
+def test_no_audio_at_all_is_a_complete_response(fmt):
+    enc = make_encoder(fmt, RATE)
+    data = enc.finish()  # no audio at all (mp3/opus/aac: no bytes, as before)
+    assert enc.complete
+    if fmt == "wav":
+        with wave.open(io.BytesIO(data)) as w:
+            assert w.getnframes() == 0
 
 
 # ---- joins -----------------------------------------------------------------------------------

@@ -248,6 +248,43 @@ def test_what_names_the_recording(tmp_path):
     assert isinstance(load_prompt_audio(ZERO_SHOT), PromptAudio)
 
 
+@pytest.mark.parametrize("offset,patch,reason", [
+    (20, b"\0\0", "Malformed 'fmt ' chunk"),                  # format tag 0
+    (22, b"\0\0", "Channel count is zero"),                   # 0 channels
+    (34, b"\0\0", "unimplemented format"),                    # 0 bits per sample
+    (12, b"\xff" * 24, "No 'data' chunk marker"),              # 'fmt ' chunk overwritten
+])
+def test_a_corrupt_wav_header_is_named_as_such(offset, patch, reason):
+    """Issue 33 defect 9: a WAV upload with a damaged header was refused with PyAV's
+    "'NoneType' object has no attribute 'sample_rate'". Data that starts as a WAV file and
+    that no decoder reads is a WAV file with a corrupt header; libsndfile's reason says what
+    is wrong."""
+    x = _speechlike(2.0, 16000)
+    buf = io.BytesIO()
+    sf.write(buf, x, 16000, format="WAV", subtype="PCM_16")
+    good = buf.getvalue()
+    bad = good[:offset] + patch + good[offset + len(patch):]
+    for what in ("prompt audio", "source audio"):
+        with pytest.raises(NotAudioError) as e:
+            load_prompt_audio(bad, what=what)
+        msg = str(e.value)
+        assert msg.startswith(f"{what}: <{len(bad)} bytes> is a WAV file with a corrupt "
+                              "header (")
+        assert reason in msg and "export the recording again" in msg
+        assert not any(w in msg for w in ("NoneType", "attribute", "Errno", "PyAV", "0x"))
+
+
+def test_decoder_messages_carry_no_python_or_ffmpeg_internals():
+    from cosyvino.prompt_audio import _decoder_message
+
+    assert _decoder_message(RuntimeError(
+        "Error opening <_io.BytesIO object at 0x7f00aa>: Format not recognised.")) == \
+        "Format not recognised."
+    assert _decoder_message(OSError(
+        "[Errno 1094995529] Invalid data found when processing input: '<none>'")) == \
+        "Invalid data found when processing input"
+
+
 def test_bytes_that_are_not_audio_name_no_object_address():
     """The message of an upload that is not audio is the same every time (no
     ``<_io.BytesIO object at 0x...>`` from the decoders; trial finding)."""

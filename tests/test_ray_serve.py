@@ -1,7 +1,10 @@
 """Ray Serve deployment (cosyvino/ray_serve.py) on a local Ray cluster on 127.0.0.1: two replicas
 of the tiny model serve concurrent requests, same seed -> same bytes on both, the handle API,
 and a replica killed mid-stream (its stream is cut, the other replica keeps serving, Serve
-starts a new one). One cluster for the module (num_cpus=2, replicas of 0.5 CPU, 1 thread)."""
+starts a new one). One cluster for the module (num_cpus=2, replicas of 0.5 CPU, 1 thread).
+
+Skipped without the ``ray`` extra (``pip install -e '.[ray]'``); failed without it in CI
+(``CI=true``; ``.ci/run`` installs it)."""
 
 from __future__ import annotations
 
@@ -11,15 +14,27 @@ import time
 
 import pytest
 
-ray = pytest.importorskip("ray")
-serve = pytest.importorskip("ray.serve")
+from ci_required import optional_module, skip_or_fail
+
+INSTALL = "pip install -e '.[ray]'"
+ray = optional_module("ray", INSTALL)  # None only in CI: every test fails (_ray_installed)
 httpx = pytest.importorskip("httpx")
 
 from cosyvino.errors import InputError  # noqa: E402
 from cosyvino.planner import Plan  # noqa: E402
-from cosyvino.ray_serve import (APP_NAME, DEPLOYMENT_NAME, REPLICA_HEADER,  # noqa: E402
-                                SpeechError, app_builder, build_app, deployment_options,
-                                replica_config)
+
+if ray is not None:
+    from ray import serve
+
+    from cosyvino.ray_serve import (APP_NAME, DEPLOYMENT_NAME, REPLICA_HEADER, SpeechError,
+                                    app_builder, build_app, deployment_options,
+                                    replica_config)
+
+
+@pytest.fixture(autouse=True)
+def _ray_installed():
+    if ray is None:
+        skip_or_fail(f"ray is not importable; {INSTALL}")
 
 #: long enough that a stream is still running when its replica is killed (~40 segments)
 LONG_TEXT = "Hello there, this is a longer text to speak. " * 20
@@ -105,6 +120,31 @@ def test_cli_refuses_bad_input_before_starting_ray(tmp_path):
     assert not ray.is_initialized()
     result = runner.invoke(ray_serve, ["--help"])
     assert result.exit_code == 0 and "--max-replicas" in result.output
+
+
+def test_cli_passes_the_public_voice_list_to_the_replicas(monkeypatch):
+    from click.testing import CliRunner
+
+    import cosyvino.ray_serve as rs
+    from cosyvino.cli.ray_serve import ray_serve
+
+    seen = []
+
+    def fake_build_app(plan=None, **kw):  # stops the command before Ray starts
+        seen.append(kw)
+        raise InputError("stop here")
+
+    monkeypatch.setattr(rs, "build_app", fake_build_app)
+    runner = CliRunner()
+    env = {"COSYVINO_PLAN": "", "COSYVINO_PUBLIC_VOICE_LIST": ""}
+    result = runner.invoke(ray_serve, ["--model-dir", "/m", "--api-key", "k",
+                                       "--public-voice-list"], env=env)
+    assert result.exit_code == 2 and "stop here" in result.output
+    assert seen[-1]["public_voice_list"] is True and seen[-1]["api_key"] == "k"
+    runner.invoke(ray_serve, ["--model-dir", "/m", "--api-key", "k"], env=env)
+    assert "public_voice_list" not in seen[-1]  # not given: the ServerConfig default (off)
+    assert replica_config(None, public_voice_list=True).public_voice_list is True
+    assert not ray.is_initialized()
 
 
 # ---- a local cluster -------------------------------------------------------------------------

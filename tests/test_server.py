@@ -122,6 +122,98 @@ def test_speech_formats_decode(server, synth, fmt, ctype, rate):
     assert np.abs(samples).max() > 1e-3
 
 
+# ---- complete files and streams (docs/server.md, "Complete files and streams") ----------------
+def _av_decode(data: bytes) -> tuple[np.ndarray, int]:
+    """PyAV (FFmpeg) decode as users do: mono samples as float32 (int formats scaled), rate."""
+    import av
+
+    with av.open(io.BytesIO(data)) as f:
+        frames = [fr.to_ndarray().reshape(-1) for fr in f.decode(audio=0)]
+        rate = f.streams.audio[0].rate
+    x = np.concatenate(frames)
+    return (x.astype(np.float32) / 32768 if x.dtype == np.int16 else x.astype(np.float32)), rate
+
+
+def _lag(ref: np.ndarray, y: np.ndarray, max_lag: int) -> int:
+    """The shift of ``y`` against ``ref`` (0..max_lag) with the largest cross-correlation."""
+    n = min(ref.size, y.size - max_lag)
+    return int(np.argmax([np.dot(ref[:n], y[k:k + n]) for k in range(max_lag + 1)]))
+
+
+def _wave_frames(data: bytes) -> tuple[int, int, np.ndarray]:
+    import wave
+
+    with wave.open(io.BytesIO(data)) as w:
+        n, rate = w.getnframes(), w.getframerate()
+        return n, rate, np.frombuffer(w.readframes(1 << 30), "<i2")
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac", "mp3", "opus", "aac"])
+def test_one_chunk_response_is_a_complete_file(server, fmt):
+    # one segment, one hop: the whole audio exists before the first byte, so the server sends
+    # a complete file whose header has the length; every reader agrees with the wav
+    body = {"input": SHORT, "voice": VOICE, "seed": 41, "hop_schedule": "segment"}
+    wav = post(server.url, {**body, "response_format": "wav"})
+    n, rate, ref16 = _wave_frames(wav.content)
+    assert rate == 22050 and n == ref16.size > 0  # wave reads the header's real length
+    ref = ref16.astype(np.float32) / 32767
+    r = post(server.url, {**body, "response_format": fmt})
+    assert r.status_code == 200, r.text
+    data = r.content
+    y, av_rate = _av_decode(data)
+    if fmt == "wav":
+        assert sf.info(io.BytesIO(data)).frames == n and (av_rate, y.size) == (22050, n)
+    elif fmt == "flac":  # soundfile raised "array is too big" on "length unknown"
+        samples, sr = sf.read(io.BytesIO(data), dtype="int16")
+        assert sr == 22050
+        np.testing.assert_array_equal(samples, ref16)
+        assert (av_rate, y.size) == (22050, n)
+    elif fmt == "mp3":  # the LAME header takes off the delay and the padding
+        assert sf.info(io.BytesIO(data)).frames == n
+        samples, sr = sf.read(io.BytesIO(data), dtype="float32")
+        assert (sr, samples.size) == (22050, n) and (av_rate, y.size) == (22050, n)
+        assert _lag(ref, y, 1105) == 0 and np.corrcoef(ref, y)[0, 1] > 0.9
+    elif fmt == "opus":
+        samples, sr = sf.read(io.BytesIO(data), dtype="float32")
+        n24 = round(n * 24000 / 22050)
+        assert sr == 24000 and abs(samples.size - n24) <= 1
+        assert av_rate == 48000 and abs(y.size - 2 * n24) <= 2
+    else:  # aac in ADTS: the documented 1024-sample priming first, then the audio
+        assert av_rate == 22050 and n + 1024 <= y.size < n + 2048
+        assert _lag(ref, y, 2048) == 1024
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac", "mp3"])
+def test_streamed_response_and_its_cache_hit(server, fmt):
+    # several chunks: streamed with "length unknown"; the cache hit has the whole audio, so
+    # it is a complete file of the same samples
+    body = {"input": TWO, "voice": VOICE, "seed": 43}
+    wav = post(server.url, {**body, "response_format": "wav"})
+    ref16 = wav_samples(wav.content)[0]
+    n = ref16.size
+    miss = wav if fmt == "wav" else post(server.url, {**body, "response_format": fmt})
+    hit = post(server.url, {**body, "response_format": fmt})
+    assert (miss.headers["x-cosyvino-cache"], hit.headers["x-cosyvino-cache"]) == ("miss", "hit")
+    streamed, _ = _av_decode(miss.content)
+    whole, _ = _av_decode(hit.content)
+    if fmt == "wav":
+        assert miss.content[4:8] == miss.content[40:44] == b"\xff\xff\xff\xff"  # unknown
+        assert _wave_frames(hit.content)[:2] == (n, 22050)
+        np.testing.assert_array_equal(_wave_frames(hit.content)[2], ref16)
+    elif fmt == "flac":
+        # STREAMINFO (bytes 8..41) total samples, its bits 108..143: 0 = unknown
+        assert miss.content[:4] == b"fLaC"
+        assert int.from_bytes(miss.content[21:26], "big") & (2 ** 36 - 1) == 0
+        assert sf.info(io.BytesIO(hit.content)).frames == n
+        np.testing.assert_array_equal(sf.read(io.BytesIO(hit.content), dtype="int16")[0], ref16)
+        np.testing.assert_array_equal(streamed, whole)  # same samples, streamed or not
+    else:
+        assert sf.info(io.BytesIO(hit.content)).frames == n == whole.size
+        # the stream shows LAME's 1105-sample delay (docs/server.md); the file does not
+        assert n + 1105 <= streamed.size <= n + 1105 + 2 * 576
+        np.testing.assert_allclose(streamed[1105:1105 + n], whole, atol=1e-5)
+
+
 def test_pcm_is_int16_24khz(server, synth):
     r = post(server.url, {"input": TWO, "voice": VOICE, "response_format": "pcm", "seed": 2})
     assert r.status_code == 200 and r.headers["content-type"] == "audio/pcm"
@@ -590,7 +682,8 @@ def test_input_that_cannot_finish_within_the_timeout_is_refused_up_front(serial_
                        request_timeout=5)
     s = RunningServer(cfg, [serial_synth])
     try:
-        s.state.pool.estimator.observe_chunk(10.0, 10.0)  # measured: 1 s per s of speech
+        # measured alone: 1 s per s of speech
+        s.state.pool.estimator.observe_chunk(10.0, 10.0, alone=True)
         r = post(s.url, {"input": LONG, "voice": VOICE, "response_format": "wav"})
         err = assert_error(r, 400, "input", "input_too_long")
         assert "request timeout is 5 s" in err["message"]
@@ -601,9 +694,31 @@ def test_input_that_cannot_finish_within_the_timeout_is_refused_up_front(serial_
         assert s.state.pool.running == 0 and s.state.pool._admitted == 0
         info = httpx.get(s.url + "/ready").json()["admission"]
         assert info["rtf"] == pytest.approx(1.0) and info["measured_speech_seconds"] == 10
+        assert info["quiet_rtf"] == {"plain": 1.0, "prompt": None, "vc": None}
         # a short one still runs
         r = post(s.url, {"input": SHORT, "voice": VOICE, "response_format": "wav"})
         assert r.status_code == 200
+    finally:
+        s.stop()
+
+
+def test_load_alone_never_gets_a_400_an_idle_server_serves(serial_synth):
+    """Issue 33 defect 1: after load the learned rate stayed high (RTF 19-30) and an idle
+    server answered 400 input_too_long (final for an OpenAI client) to work that finishes
+    alone well within the timeout. The rate raised by load is not the cost alone: the idle
+    server serves the request, and it then counts towards the quiet rate."""
+    cfg = ServerConfig(max_sessions=1, queue_size=8, num_speech_tokens=8, cache_memory_mb=0,
+                       request_timeout=5)
+    s = RunningServer(cfg, [serial_synth])
+    try:
+        est = s.state.pool.estimator
+        est.observe_chunk(600.0, 10.0)  # load: 60 s per s of speech, nothing measured alone
+        # 0.16 s of speech x 50 (the prior weighs in) x 1.25 = 10 s > 5 s: was a 400
+        r = post(s.url, {"input": SHORT, "voice": VOICE, "response_format": "wav"})
+        assert r.status_code == 200, r.text
+        assert metric(s.url, "cosyvino_refused_total", 'reason="too_long"') == 0
+        assert est.quiet_rtf_of("plain") is not None  # it ran alone: measured
+        assert httpx.get(s.url + "/ready").json()["admission"]["quiet_rtf"]["plain"] > 0
     finally:
         s.stop()
 

@@ -305,6 +305,26 @@ def test_serve_metrics_auth_flag(captured, tmp_path, monkeypatch):
     assert captured[-1][0].metrics_auth is False and captured[-1][0].drain_seconds == 120.0
 
 
+def test_serve_public_voice_list_flag(captured, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COSYVINO_PLAN", raising=False)
+    r = CliRunner().invoke(main, ["serve", "--no-cache", "--api-key", "k"],
+                           env={"COSYVINO_PUBLIC_VOICE_LIST": ""})
+    assert r.exit_code == 0, r.output
+    assert captured[-1][0].public_voice_list is False  # off by default
+    r = CliRunner().invoke(main, ["serve", "--no-cache", "--api-key", "k",
+                                  "--public-voice-list"])
+    assert r.exit_code == 0 and captured[-1][0].public_voice_list is True
+    assert "public-voice-list" not in r.output  # no warning with a key
+    r = CliRunner().invoke(main, ["serve", "--no-cache", "--api-key", "k"],
+                           env={"COSYVINO_PUBLIC_VOICE_LIST": "1"})
+    assert r.exit_code == 0 and captured[-1][0].public_voice_list is True
+    r = CliRunner().invoke(main, ["serve", "--no-cache", "--public-voice-list"],
+                           env={"COSYVINO_API_KEY": ""})
+    assert r.exit_code == 0
+    assert "--public-voice-list has no effect without --api-key" in r.output
+
+
 def test_llm_batch_without_concurrency_is_reported(captured, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("COSYVINO_PLAN", raising=False)

@@ -7,6 +7,7 @@ synthetic model, forced small speech-token counts."""
 from __future__ import annotations
 
 import io
+import pathlib
 
 import numpy as np
 import pytest
@@ -26,7 +27,11 @@ TOKENS = 8
 TEXT = "Hello world."
 ORIGIN = "https://chat.example.com"
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage",
-                 "shimmer", "verse")
+                 "shimmer", "verse", "marin", "cedar")
+KEY = "interop-k3y"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+PROMPT_WAV = pathlib.Path(__file__).parent.parent / "examples" / "zero_shot_prompt.wav"
+PROMPT_TEXT = "希望你以后能够做的比我还好呦。"
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +103,88 @@ def test_open_webui_style_voice_listing(server):
     first = listed[0][0]
     assert speech(server.url, voice={"id": first}, response_format="pcm", seed=1) \
         == speech(server.url, voice=first, response_format="pcm", seed=1)
+
+
+def test_openai_newer_voices_are_aliases(server):
+    """marin and cedar (OpenAI's voices of 2025) work like the older names: marin is 英文女,
+    cedar 英文男 (the reading of aliases.DEFAULT_ALIASES)."""
+    assert speech(server.url, voice="marin", response_format="pcm", seed=6) \
+        == speech(server.url, voice="英文女", response_format="pcm", seed=6)
+    assert speech(server.url, voice="cedar", response_format="pcm", seed=6) \
+        == speech(server.url, voice="英文男", response_format="pcm", seed=6)
+
+
+def test_audio_models_lists_the_model_ids_open_webui_reads(server):
+    """Open WebUI asks a custom TTS base URL for GET {base}/audio/models and reads
+    ``models[].id`` (it falls back to tts-1 / tts-1-hd on an error); the ids are those of
+    /v1/models."""
+    r = httpx.get(server.url + "/v1/audio/models", timeout=10)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ids = [m["id"] for m in body["models"]]
+    assert ids == [m["id"] for m in httpx.get(server.url + "/v1/models",
+                                               timeout=10).json()["data"]]
+    assert {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"} <= set(ids)
+    assert body["data"] == body["models"] and body["object"] == "list"
+    assert all(m["object"] == "model" and m["modes"] for m in body["models"])
+
+
+@pytest.fixture(scope="module")
+def keyed_servers(tiny_model_dir, tmp_path_factory):
+    """(server with --api-key, the same with --public-voice-list) sharing one synthesizer
+    that has a registered voice ``alice`` (zero-shot, with its transcript)."""
+    pytest.importorskip("onnx")  # the synthetic prompt models of the tiny model
+    synth = Synthesizer(tiny_model_dir, backend="torch", num_threads=1,
+                        voices_dir=str(tmp_path_factory.mktemp("voices")))
+    synth.add_voice("alice", PROMPT_WAV.read_bytes(), PROMPT_TEXT)
+    cfg = dict(num_speech_tokens=TOKENS, cache_memory_mb=0, request_timeout=60, api_key=KEY)
+    private = RunningServer(ServerConfig(**cfg), [synth])
+    public = RunningServer(ServerConfig(**cfg, public_voice_list=True), [synth])
+    yield private, public
+    private.stop()
+    public.stop()
+
+
+def test_voice_and_model_lists_need_the_key_by_default(keyed_servers):
+    """With --api-key, Open WebUI's calls (no Authorization header) get 401: it then shows
+    OpenAI's voice names instead of the server's (docs/server.md, "Open WebUI")."""
+    private, _ = keyed_servers
+    for path in ("/v1/audio/voices", "/v1/audio/models", "/v1/models"):
+        r = httpx.get(private.url + path, timeout=10)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", path
+        assert httpx.get(private.url + path, headers=AUTH, timeout=10).status_code == 200
+    full = httpx.get(private.url + "/v1/audio/voices", headers=AUTH, timeout=10).json()
+    alice = next(v for v in full["voices"] if v["id"] == "alice")
+    assert alice["prompt_text"] == PROMPT_TEXT and alice["builtin"] is False
+
+
+def test_public_voice_list_opens_only_the_lists(keyed_servers):
+    private, public = keyed_servers
+    body = httpx.get(public.url + "/v1/audio/voices", timeout=10).json()
+    synth = public.state.pool.synth
+    assert [v["id"] for v in body["voices"]] == synth.speakers + ["alice"]
+    # ids and names only: a registered voice's transcript, hash and sizes need the key
+    assert all(set(v) == {"id", "name", "object", "builtin"} for v in body["voices"])
+    assert body["data"] == body["voices"] and body["aliases"]["marin"] == "英文女"
+    # with the key the same call gives the full objects
+    keyed = httpx.get(public.url + "/v1/audio/voices", headers=AUTH, timeout=10).json()
+    assert keyed == httpx.get(private.url + "/v1/audio/voices", headers=AUTH,
+                              timeout=10).json()
+    # a wrong key is not refused on the public list (Open WebUI sends none), but gets no more
+    wrong = httpx.get(public.url + "/v1/audio/voices", timeout=10,
+                      headers={"Authorization": "Bearer nope"}).json()
+    assert wrong == body
+    models = httpx.get(public.url + "/v1/audio/models", timeout=10)
+    assert models.status_code == 200 and "tts-1" in [m["id"] for m in models.json()["models"]]
+    # everything else still needs the key
+    for method, path in (("GET", "/v1/models"), ("GET", "/v1/audio/voices/alice"),
+                         ("DELETE", "/v1/audio/voices/alice"), ("POST", "/v1/audio/speech")):
+        r = httpx.request(method, public.url + path, timeout=10,
+                          json={"input": TEXT} if method == "POST" else None)
+        assert r.status_code == 401, (method, path)
+    r = httpx.post(public.url + "/v1/audio/speech", headers=AUTH, timeout=60,
+                   json={"input": TEXT, "voice": "alice", "response_format": "pcm", "seed": 1})
+    assert r.status_code == 200 and len(r.content) > 0
 
 
 def test_voice_alias_override_from_config(server):

@@ -333,8 +333,9 @@ def _forced(seconds: float):
 
 
 def _measured(pool, rtf: float, seconds: float = 20.0) -> None:
-    """Make the estimator have measured ``seconds`` of speech at ``rtf``."""
-    pool.estimator.observe_chunk(rtf * seconds, seconds)
+    """Make the estimator have measured ``seconds`` of speech at ``rtf``, alone (so the rate
+    is both the current and the quiet one)."""
+    pool.estimator.observe_chunk(rtf * seconds, seconds, alone=True)
 
 
 def _run_one(pool, seconds: float):
@@ -410,7 +411,7 @@ def test_prompt_voice_requests_are_estimated_at_their_own_rate():
     pool = _bare_pool(sessions=1, queue=8, timeout=30.0)
     _measured(pool, 1.0)
     for _ in range(20):
-        pool.estimator.observe_chunk(12.0, 4.0, "prompt")
+        pool.estimator.observe_chunk(12.0, 4.0, "prompt", alone=True)
     pool.leave(pool.enter(_forced(9.0)))           # 11.25 s: fits
     with pytest.raises(TooLong):                   # 33.75 s: never fits
         pool.enter(_prompted(9.0))
@@ -477,6 +478,144 @@ def test_a_request_that_can_never_fit_the_timeout_is_a_400(tiny_model_dir):
     assert e.value.limit == 30.0 and e.value.speech_seconds == pytest.approx(40.0)
     assert "request timeout is 30 s" in str(e.value) and "24 s of speech" in str(e.value)
     assert pool._admitted == 0
+
+
+class _FakeJob:
+    """What :meth:`SynthesisPool._on_event` needs of a job: its ticket, emit, a loop."""
+
+    def __init__(self, ticket):
+        self.ticket, self.completed, self.cancel = ticket, False, None
+        self.finished = threading.Event()
+        self.loop = self  # call_soon_threadsafe runs at once
+
+    def call_soon_threadsafe(self, fn, *args):
+        fn(*args)
+
+    def emit(self, kind, value):
+        pass
+
+
+def _vc(seconds: float, forced: int | None = None):
+    """A voice-conversion request: ``seconds`` of source speech tokens (50 per s); ``forced``:
+    the token count a server with --num-speech-tokens sets (vc runs no LLM)."""
+    from cosyvino.request import SynthesisRequest
+
+    return SynthesisRequest(voice=_prompted(1.0).voice, num_speech_tokens=forced,
+                            speech_tokens=np.zeros(int(round(seconds * 50)), np.int64))
+
+
+def _deliver(pool, ticket, seconds: float, rtf: float, clock, cpu, cpu_use: float = 2.0,
+             hop: float = 2.0) -> None:
+    """The running ``ticket`` delivers ``seconds`` of audio in hops of ``hop`` s, each taking
+    ``rtf`` x its length in wall time and ``cpu_use`` CPU s per wall s of the process."""
+    from cosyvino.audio import Audio
+    from cosyvino.engine.scheduler import CHUNK
+
+    done = 0.0
+    while done < seconds - 1e-9:
+        d = min(hop, seconds - done)
+        clock.t += rtf * d
+        cpu.t += cpu_use * rtf * d
+        pool._on_event(_FakeJob(ticket), CHUNK, Audio(np.zeros(int(d * 1000), np.float32),
+                                                      1000))
+        done += d
+
+
+def _end(pool, ticket) -> None:
+    """The running ``ticket`` leaves the scheduler (as the worker's DONE does)."""
+    pool._running += 1  # _finish undoes what start() did
+    job = _FakeJob(ticket)
+    job.completed = True
+    pool._finish(job)
+
+
+def test_load_cannot_turn_work_that_fits_alone_into_a_400():
+    """Issue 33 defect 1: after load, the learned rate rose (RTF 19-30, prompt 92.8 on 2
+    shared cores) and an idle server refused with 400 input_too_long the README's vc example
+    (13.8 s of audio, 70 s alone under the 120 s timeout). "Never fits" is decided on the
+    cost alone: load gives 503 + Retry-After, the idle server admits it."""
+    from cosyvino.server.pool import MARGIN, Busy, TooLong
+
+    clock, cpu = FakeClock(), FakeClock(0.0)
+    pool = _bare_pool(sessions=2, queue=8, timeout=120.0, clock=clock)
+    pool.cpu_clock = cpu
+    est = pool.estimator
+    # the README's vc example alone: 13.8 s of source in 69 s (5 s per s), 2 cores busy
+    vc = est.kind(_vc(1.0))
+    alone = _run_one(pool, 1.0)
+    alone.kind = vc
+    _deliver(pool, alone, 13.8, 5.0, clock, cpu)
+    _end(pool, alone)
+    # then load: two conversions side by side, each at 30 s per s of speech ...
+    a, b = _run_one(pool, 1.0), _run_one(pool, 1.0)
+    a.kind = b.kind = vc
+    for _ in range(10):
+        _deliver(pool, a, 2.0, 30.0, clock, cpu, hop=2.0)
+        _deliver(pool, b, 2.0, 30.0, clock, cpu, hop=2.0)
+    _end(pool, a)
+    # ... and one alone while another process took the cores (0.3 of the usual CPU share)
+    _deliver(pool, b, 10.0, 40.0, clock, cpu, cpu_use=0.6)
+    _end(pool, b)
+    # idle: admitted (69 s x 1.25 < 120 s), where the current rate says 13.8 x 20 x 1.25
+    assert not pool._started and pool._admitted == 0
+    pool.leave(pool.enter(_vc(13.8)))
+    assert est.rtf_of("vc") > 20.0                      # the load is in the current rate
+    assert est.quiet_rtf_of("vc") == pytest.approx(5.0)  # not in the quiet one
+    assert est.quiet_rtf_of("plain") is None and not est.knows_quiet("plain")
+    # busy: the load is answered with 503 + Retry-After, never 400
+    running = _run_one(pool, 20.0)  # 20 s of plain speech ahead, at the loaded plain rate
+    with pytest.raises(Busy) as busy:
+        pool.enter(_vc(13.8))
+    assert busy.value.reason == "deadline"
+    drained = 20.0 * est.rtf_of("plain")
+    assert 1 <= busy.value.retry_after <= max(1, int(-(-drained // 1)))
+    _end(pool, running)
+    # what cannot fit even alone is still a 400, naming the source audio (vc has no text)
+    with pytest.raises(TooLong) as e:
+        pool.enter(_vc(20.0))                           # 20 x 5 x 1.25 = 125 s > 120 s
+    assert e.value.source == "source audio"
+    assert e.value.seconds == pytest.approx(20.0 * 5.0 * MARGIN)
+    msg = str(e.value)
+    assert "source audio is 20.0 s long" in msg and "text" not in msg
+    assert f"about {120 / (5 * MARGIN):.0f} s of source audio" in msg
+    assert pool._admitted == 0
+
+
+def test_a_request_is_alone_only_without_running_or_validating_company():
+    """The quiet rate takes a chunk only if no other request was in the pool over all of it:
+    not another running one (even one that finished mid-chunk), not a validation (the prompt
+    models run there)."""
+    clock, cpu = FakeClock(), FakeClock(0.0)
+    pool = _bare_pool(sessions=2, queue=8, timeout=120.0, clock=clock)
+    pool.cpu_clock = cpu
+    est = pool.estimator
+    a = _run_one(pool, 10.0)
+    _deliver(pool, a, 2.0, 1.0, clock, cpu)              # alone: quiet 1.0
+    b = _run_one(pool, 10.0)
+    _end(pool, b)                                        # came and went during a's chunk
+    _deliver(pool, a, 2.0, 9.0, clock, cpu)              # shared: not quiet
+    assert est.quiet_rtf_of("plain") == pytest.approx(1.0)
+    _deliver(pool, a, 2.0, 2.0, clock, cpu)              # alone again (1.0 has decayed)
+    quiet = est.quiet_rtf_of("plain")
+    assert 1.5 < quiet < 2.0
+    with pool._lock:
+        pool._validating += 1                            # as validate() does
+        pool._mark_shared()
+    _deliver(pool, a, 2.0, 9.0, clock, cpu)
+    assert est.quiet_rtf_of("plain") == quiet
+    assert est.rtf > 2.0  # all of it counts in the current rate
+
+
+def test_vc_work_is_the_source_length_and_has_its_own_rate():
+    """A vc request's work is its source's tokens even when the server forces a token count
+    (that count is for the LLM, which vc does not run); its rate is not the prompt TTS one."""
+    from cosyvino.server.pool import WorkEstimator
+
+    est = WorkEstimator(FakeClock())
+    assert est.kind(_vc(13.8)) == "vc" and est.kind(_prompted(1.0)) == "prompt"
+    assert est.speech_seconds(_vc(13.8, forced=8), segments=1) == pytest.approx(13.8)
+    est.observe_chunk(60.0, 4.0, "prompt", alone=True)
+    assert est.quiet_rtf_of("vc") is None and est.rtf_of("vc") == pytest.approx(est.rtf)
 
 
 def test_a_queued_request_leaves_with_503_once_its_deadline_is_unreachable():

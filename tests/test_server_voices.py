@@ -176,8 +176,14 @@ def _bad_recordings():
     rng = np.random.default_rng(0)
     speech = lambda s, rate=16000: (0.1 * rng.standard_normal(int(rate * s))  # noqa: E731
                                     ).astype(np.float32)
+    good = _wav(speech(2), 16000)
     return [
         ("not-audio", b"definitely not audio", "not a readable audio file"),
+        # format tag 0 in the 'fmt ' chunk (issue 33 defect 9: the message was PyAV's
+        # "'NoneType' object has no attribute 'sample_rate'")
+        ("corrupt-wav-header", good[:20] + b"\0\0" + good[22:],
+         "is a WAV file with a corrupt header (Error in WAV/W64/RF64 file. Malformed 'fmt ' "
+         "chunk)"),
         ("empty", b"", "empty"),
         ("too-short", _wav(speech(0.5), 16000), "the minimum is 1 s"),
         ("too-long", _wav(speech(31), 16000), "the limit is 30 s"),
@@ -191,16 +197,59 @@ def _bad_recordings():
 def test_bad_prompt_audio_is_a_400_naming_the_problem(server, name, data, match):
     r = post(server, "/inference_zero_shot", {"tts_text": TEXT, "prompt_text": PROMPT_TEXT},
              {"prompt_wav": ("p.wav", data)})
-    assert_error(r, 400, "prompt_wav", "invalid_audio", match)
+    err = assert_error(r, 400, "prompt_wav", "invalid_audio", match)
+    # the message names the field the recording came in, and no Python internals
+    assert err["message"].startswith("prompt audio 'prompt_wav'"), err
+    assert not any(w in err["message"] for w in ("NoneType", "attribute", "Errno", "0x"))
     r = post(server, "/inference_vc", files={"source_wav": ("s.wav", data),
                                              "prompt_wav": ("p.wav", PROMPT)})
     if name != "too-short":  # 0.5 s is a valid source (the source minimum is 0.2 s)
         err = assert_error(r, 400, "source_wav", "invalid_audio")
-        assert err["message"].startswith("source audio")
+        assert err["message"].startswith("source audio 'source_wav'"), err
     r = post(server, "/v1/audio/voices", {"name": "bad"}, {"file": ("p.wav", data)})
-    assert_error(r, 400, "file", "invalid_audio", match)
+    err = assert_error(r, 400, "file", "invalid_audio", match)
+    assert err["message"].startswith("prompt audio 'file'"), err
     listed = httpx.get(server.url + "/v1/audio/voices").json()["voices"]
     assert "bad" not in [v["id"] for v in listed]
+
+
+def test_unknown_voice_lists_built_in_speakers_first(server, tts):
+    """Issue 33 defect 9: the unknown_voice message listed registered voices before the
+    model's own speakers (one sorted list: "aaa" < "中文女"). Built-ins first, in the model's
+    order, then the registered voices."""
+    r = post(server, "/v1/audio/voices", {"name": "aaa-voice"}, {"file": ("a.wav", PROMPT)})
+    assert r.status_code == 200, r.text
+    try:
+        err = assert_error(_speech(server, voice="nobody"), 400, "voice", "unknown_voice")
+        assert err["message"] == ("unknown speaker 'nobody'; available speakers: "
+                                  + ", ".join(tts.speakers) + "; registered voices: aaa-voice")
+        r = post(server, "/inference_vc", {"spk_id": "nobody"},
+                 {"source_wav": ("s.wav", SOURCE)})
+        assert assert_error(r, 400, "spk_id", "unknown_voice")["message"] == err["message"]
+    finally:
+        assert httpx.delete(server.url + "/v1/audio/voices/aaa-voice").status_code == 200
+
+
+def test_vc_that_cannot_fit_alone_names_the_source_audio(server):
+    """Issue 33 defect 1: the 400 refusing a conversion spoke of ``tts_text`` and of splitting
+    "the text"; /inference_vc has no text: its work is the source recording's length."""
+    from cosyvino.server.pool import WorkEstimator
+
+    pool = server.state.pool
+    try:
+        # measured alone: 100 s per s of converted speech; 1.5 s x 100 x 1.25 > 60 s
+        pool.estimator.observe_chunk(500.0, 5.0, "vc", alone=True)
+        r = post(server, "/inference_vc", files={"source_wav": ("s.wav", SOURCE),
+                                                 "prompt_wav": ("p.wav", PROMPT)})
+        err = assert_error(r, 400, "source_wav", "input_too_long")
+        assert err["message"].startswith("the source audio is 1.5 s long")
+        assert "text" not in err["message"] and "split the recording" in err["message"]
+        # text-to-speech is not held to the conversion's rate
+        r = post(server, "/inference_cross_lingual", {"tts_text": TEXT},
+                 {"prompt_wav": ("p.wav", PROMPT)})
+        assert r.status_code == 200, r.text
+    finally:
+        pool.estimator = WorkEstimator(pool.clock)
 
 
 def test_upload_limit_is_raised_only_for_the_recording_endpoints(server):

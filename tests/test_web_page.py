@@ -6,11 +6,15 @@ headless Chromium driven by Selenium against a live server on 127.0.0.1 (tiny sy
 with an API key): the voice picker lists the server's voices once the key is entered; Speak
 streams over SSE and schedules exactly the samples of the non-streamed response (pcm and wav
 played as they arrive, with the same int16 sum; mp3 when complete); errors show the server's
-message; a recording uploaded on the page registers a voice, speaks once with it (zero-shot,
-raw stream) and the registered voice is deleted again.
+message, in view at a laptop's window size (1366x768) wherever the button was; without the
+key the header says it is needed (not a green "ready"); a recording uploaded on the page
+registers a voice, speaks once with it (zero-shot, raw stream) and the registered voice is
+deleted again; the real-time factor reads as RTF, faster or slower; a load logs no console
+error (no favicon.ico 404).
 
 The browser tests need Chromium and its driver (Debian: ``apt-get install chromium
-chromium-driver``) and ``pip install selenium``; they are skipped without them.
+chromium-driver``) and selenium (the ``dev`` extra); they are skipped without them, and fail
+without them in CI (``CI=true``; ``.ci/run`` installs them).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ httpx = pytest.importorskip("httpx")
 
 from cosyvino.server import ServerConfig, create_app  # noqa: E402
 from cosyvino.server import webpage  # noqa: E402
+from ci_required import require_module, skip_or_fail  # noqa: E402
 
 KEY = "web-s3cret"
 TOKENS = 8
@@ -39,6 +44,8 @@ EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
 PROMPT_WAV = EXAMPLES / "zero_shot_prompt.wav"
 PROMPT_TEXT = "希望你以后能够做的比我还好呦。"
 CHROMEDRIVER = os.environ.get("COSYVINO_CHROMEDRIVER", "/usr/bin/chromedriver")
+#: the browser's window: a common laptop screen (about 1366x625 of page in headless Chromium)
+WINDOW = "1366,768"
 
 
 # ---- routes, no browser ----------------------------------------------------------------------
@@ -62,7 +69,8 @@ def test_root_and_ui_redirect_to_the_page(client):
 
 @pytest.mark.parametrize("name,ctype", [("index.html", "text/html; charset=utf-8"),
                                         ("app.js", "text/javascript; charset=utf-8"),
-                                        ("app.css", "text/css; charset=utf-8")])
+                                        ("app.css", "text/css; charset=utf-8"),
+                                        ("favicon.svg", "image/svg+xml")])
 def test_assets_have_their_content_types_and_security_headers(client, name, ctype):
     r = client.get("/ui/" + name)
     assert r.status_code == 200
@@ -84,6 +92,19 @@ def test_page_is_public_while_the_api_needs_the_key(client):
     assert client.head("/ui/app.js").status_code == 200
 
 
+def test_favicon_is_served_not_a_404(client):
+    """Browsers ask for /favicon.ico on every page of the origin that links no icon; the page
+    links its own (favicon.svg, allowed by its Content-Security-Policy)."""
+    icon = (pathlib.Path(webpage.__file__).parent / "web" / "favicon.svg").read_bytes()
+    for path in ("/favicon.ico", "/ui/favicon.svg"):
+        r = client.get(path)  # no API key: public like the page
+        assert r.status_code == 200, path
+        assert r.headers["content-type"] == "image/svg+xml" and r.content == icon
+    assert icon.startswith(b"<svg ") and b"viewBox" in icon
+    html = client.get("/ui/").text
+    assert '<link rel="icon" href="favicon.svg" type="image/svg+xml">' in html
+
+
 def test_unknown_page_file_is_a_404_in_the_error_shape(client):
     r = client.get("/ui/secret.txt")
     assert r.status_code == 404
@@ -94,9 +115,10 @@ def test_unknown_page_file_is_a_404_in_the_error_shape(client):
 def test_page_loads_nothing_from_elsewhere_and_is_not_in_the_api_schema(client):
     html = client.get("/ui/").text
     refs = re.findall(r'(?:src|href)="([^"]*)"', html)
-    assert sorted(refs) == ["app.css", "app.js"]
+    assert sorted(refs) == ["app.css", "app.js", "favicon.svg"]
     for name in webpage.ASSETS:
-        text = client.get("/ui/" + name).text
+        # an SVG names its XML namespace by URL (an identifier, never fetched)
+        text = client.get("/ui/" + name).text.replace('xmlns="http://www.w3.org/2000/svg"', "")
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/", text), name
     schema = client.get("/openapi.json")
     assert schema.status_code == 200
@@ -119,28 +141,45 @@ def test_a_missing_asset_is_a_500_naming_it(monkeypatch):
     assert c.get("/ui/").status_code == 200
 
 
+def test_a_missing_browser_fails_in_ci_and_skips_elsewhere(monkeypatch):
+    pytest.importorskip("selenium")  # CI has it (the dev extra); a lack of it: ci_required
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="no Chromium.*CI must run this test"):
+        _browser_or_skip()
+    monkeypatch.setenv("CI", "")
+    with pytest.raises(pytest.skip.Exception, match="no Chromium"):
+        _browser_or_skip()
+
+
 # ---- in a real browser -----------------------------------------------------------------------
 def _browser_or_skip():
-    webdriver = pytest.importorskip("selenium.webdriver",
-                                    reason="selenium is not installed (pip install selenium)")
+    """A headless Chromium under Selenium; skipped without one, failed in CI (.ci/run
+    installs it: ci_required)."""
+    webdriver = require_module("selenium.webdriver", "pip install -e '.[dev]'")
     binary = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
                    if shutil.which(n)), None)
     if binary is None:
-        pytest.skip("no Chromium on PATH (Debian: apt-get install chromium chromium-driver)")
+        skip_or_fail("no Chromium on PATH (Debian: apt-get install chromium chromium-driver)")
     if not os.path.exists(CHROMEDRIVER):
-        pytest.skip(f"no chromedriver at {CHROMEDRIVER} (Debian: apt-get install "
-                    "chromium-driver; or set COSYVINO_CHROMEDRIVER)")
+        skip_or_fail(f"no chromedriver at {CHROMEDRIVER} (Debian: apt-get install "
+                     "chromium-driver; or set COSYVINO_CHROMEDRIVER)")
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = binary
+    # a laptop's window (the page must work there: messages in view, not below the fold);
+    # no background connections (this machine's network is closed)
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--autoplay-policy=no-user-gesture-required", "--window-size=1200,1600"):
+                 "--autoplay-policy=no-user-gesture-required", f"--window-size={WINDOW}",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"):
         opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for 404s
     try:
         return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     except Exception as e:  # noqa: BLE001 - selenium's WebDriverException and OS errors
-        pytest.skip(f"Chromium does not start here: {e}")
+        skip_or_fail(f"Chromium does not start here: {e}")
 
 
 @pytest.fixture(scope="module")
@@ -222,17 +261,49 @@ def _click_and_wait(driver, button_id, timeout=120) -> dict:
     return _js(driver, "window.cosyvinoWeb.last")
 
 
+def _in_view(driver, element_id) -> bool:
+    """Whether the element is entirely inside the browser's viewport (not below the fold)."""
+    return _js(driver, f"""(() => {{
+        const r = document.getElementById({json.dumps(element_id)}).getBoundingClientRect();
+        return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight; }})()""")
+
+
 def _error_text(driver) -> str:
+    """The error message shown; it must be where the user looks (in the viewport)."""
     box = driver.find_element("id", "error")
     _wait(driver, lambda d: box.is_displayed())
+    assert _in_view(driver, "error"), _js(driver, "[window.scrollY, window.innerHeight, "
+                                          "document.getElementById('error')"
+                                          ".getBoundingClientRect().top]")
     return box.text
+
+
+def _status(driver) -> tuple[str, str]:
+    el = driver.find_element("id", "server-status")
+    return el.text, el.get_attribute("class")
 
 
 def test_voice_picker_needs_the_key_and_then_lists_the_servers_voices(browser, server):
     _open(browser, server, key=None)
-    assert "invalid or missing API key" in _error_text(browser)
+    shown = _error_text(browser)
+    assert "invalid or missing API key" in shown and "API key field at the top" in shown
     assert _js(browser, "window.cosyvinoWeb.voices") == []
+    # not a green "ready" over an empty picker: the header and the picker say a key is needed
+    _wait(browser, lambda d: _status(d)[0].endswith("API key needed"))
+    text, cls = _status(browser)
+    assert text.startswith("ready · ") and cls == "warn"
+    assert _js(browser, "window.cosyvinoWeb.key") == "needed"
+    options = browser.find_element("id", "voice").find_elements("tag name", "option")
+    assert [(o.get_attribute("value"), o.text, o.get_attribute("disabled")) for o in options] \
+        == [("", "(API key needed)", "true")]
     field = browser.find_element("id", "api-key")
+    assert field.is_displayed() and _in_view(browser, "api-key")
+    assert field.get_attribute("aria-invalid") == "true"
+    # a wrong key: said so
+    field.send_keys("wrong\t")
+    _wait(browser, lambda d: _status(d)[0].endswith("API key rejected"))
+    assert "invalid or missing API key" in _error_text(browser)
+    field.clear()
     field.send_keys(KEY + "\t")
     _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.voices.length") > 0)
     want = _server_voices(server)
@@ -241,7 +312,23 @@ def test_voice_picker_needs_the_key_and_then_lists_the_servers_voices(browser, s
                browser.find_element("id", "voice").find_elements("tag name", "option")]
     assert options == want
     assert not browser.find_element("id", "error").is_displayed()
-    assert browser.find_element("id", "server-status").text.startswith("ready")
+    _wait(browser, lambda d: _status(d) == (_status(d)[0], "ok"))
+    text, _ = _status(browser)
+    assert text.startswith("ready · ") and "API key" not in text
+    assert _js(browser, "window.cosyvinoWeb.key") is None
+    assert field.get_attribute("aria-invalid") == "false"
+
+
+def test_page_loads_without_console_errors(browser, server):
+    """No 404 (favicon.ico on every load), CSP violation or script error in the console."""
+    _open(browser, server)
+    browser.get_log("browser")  # drained: the entries of a fresh load only
+    browser.refresh()
+    _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.voices.length") > 0)
+    assert _js(browser, "document.querySelector('link[rel=icon]').href").endswith(
+        "/ui/favicon.svg")
+    severe = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
 
 
 def _audio_request(server, body) -> httpx.Response:
@@ -367,6 +454,7 @@ def test_voice_cloning_from_an_uploaded_recording(browser, server, tts):
     notice = browser.find_element("id", "notice")
     _wait(browser, lambda d: notice.is_displayed())
     assert f"registered voice '{name}'" in notice.text and "zero-shot" in notice.text
+    assert _in_view(browser, "notice")
     assert name in _js(browser, "window.cosyvinoWeb.voices") and name in _server_voices(server)
     assert browser.find_element("id", "voice").get_attribute("value") == name
     rec = _click_and_wait(browser, "speak")
@@ -390,23 +478,26 @@ def test_voice_cloning_from_an_uploaded_recording(browser, server, tts):
 def test_speak_once_without_a_recording_says_so(browser, server):
     _open(browser, server)
     runs = _js(browser, "window.cosyvinoWeb.runs")
-    browser.find_element("id", "speak-prompt").click()
+    # clicked from the bottom of the page: the message is scrolled into view
+    browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")
+    browser.execute_script("document.getElementById('speak-prompt').click()")
     assert "choose a recording first" in _error_text(browser)
     assert _js(browser, "window.cosyvinoWeb.runs") == runs
 
 
 # A stand-in for the server's SSE answer to /v1/audio/speech, installed in the page: the events
-# are sent in 7-byte pieces (events split anywhere), and the stream stays open when `hang`.
+# are sent in `piece`-byte pieces (default 7: events split anywhere), the stream ends `delayMs`
+# after the last piece (default at once) or stays open when `hang`.
 FAKE_SPEECH = """
-const [events, hang] = arguments;
+const [events, hang, delayMs = 0, piece = 7] = arguments;
 const realFetch = window.fetch;
 window.fetch = (url, opts) => {
   if (!String(url).endsWith("/v1/audio/speech")) return realFetch(url, opts);
   const text = events.map((e) => "data: " + JSON.stringify(e) + "\\n\\n").join("");
   const bytes = new TextEncoder().encode(text);
   const body = new ReadableStream({start(c) {
-    for (let i = 0; i < bytes.length; i += 7) c.enqueue(bytes.slice(i, i + 7));
-    if (!hang) c.close();
+    for (let i = 0; i < bytes.length; i += piece) c.enqueue(bytes.slice(i, i + piece));
+    if (!hang) setTimeout(() => c.close(), delayMs);
     const stop = () => c.error(new DOMException("aborted", "AbortError"));
     opts.signal.addEventListener("abort", stop);
   }});
@@ -471,3 +562,43 @@ def test_stage_timings_cut_streams_and_stop_on_a_stand_in_stream(browser, server
     _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.last.status") == "stopped")
     assert not browser.find_element("id", "error").is_displayed()
     assert not browser.find_element("id", "speak").get_attribute("disabled")
+
+
+def _rtf_shown(driver) -> tuple[float, float, str]:
+    """(RTF, factor, "faster" / "slower") as the page's audio line shows them."""
+    text = driver.find_element("id", "stat-audio").text
+    m = re.search(r"RTF (\d+\.\d\d) \((\d+\.\d)× (faster|slower) than real time\)", text)
+    assert m, text
+    assert "× real time" not in text  # the old "10.50 × real time", read as 10x faster
+    return float(m.group(1)), float(m.group(2)), m.group(3)
+
+
+def test_real_time_factor_says_faster_or_slower(browser, server):
+    """The audio line gives the RTF (wall time / audio duration) and says which way it is: a
+    stream slower than its audio reads "slower than real time"."""
+    quiet = np.zeros(600, np.int16)  # 25 ms at 24 kHz
+    done = {"type": "speech.audio.done", "usage": {"output_tokens": 1, "total_tokens": 1}}
+    _open(browser, server)
+    _select(browser, "format", "pcm")
+    browser.execute_script(FAKE_SPEECH, [_delta(quiet), done], False, 400)
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done" and rec["samples"] == quiet.size
+    rtf, factor, how = _rtf_shown(browser)
+    want = rec["totalMs"] / 1000 / (quiet.size / 24000)
+    assert want > 10 and rec["rtf"] == pytest.approx(want)
+    # shown rounded to 2 and 1 decimals
+    assert (how, rtf, factor) == ("slower", pytest.approx(want, abs=0.0051),
+                                  pytest.approx(want, abs=0.051))
+
+    # 10 s of audio at once: faster than real time, by 1 / RTF
+    long = [_delta(np.full(24000, 5, np.int16)) for _ in range(10)]
+    _open(browser, server)
+    _select(browser, "format", "pcm")
+    browser.execute_script(FAKE_SPEECH, long + [done], False, 0, 4096)
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done" and rec["samples"] == 240000
+    rtf, factor, how = _rtf_shown(browser)
+    want = rec["totalMs"] / 1000 / 10
+    assert want < 1 and rec["rtf"] == pytest.approx(want)
+    assert (how, rtf, factor) == ("faster", pytest.approx(want, abs=0.0051),
+                                  pytest.approx(1 / want, abs=0.051))

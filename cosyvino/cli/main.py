@@ -179,7 +179,7 @@ def _check_before_load(model_dir: str | None, text: str | None, speaker: str | N
                     f"({skipped[speaker]}); register it again: cosyvino voices add "
                     f"{speaker} --prompt-wav FILE --overwrite", model_dir)
             if speaker not in registered:
-                raise UnknownSpeakerError(speaker, names + registered)
+                raise UnknownSpeakerError(speaker, names, registered)
 
 
 def _registered_voices(model_dir: str, voices_dir: str | None, family: str
@@ -740,9 +740,15 @@ def info(model_dir, as_json):
     For a converted dir (D/openvino, D/onnx) the files and their precision come from its
     manifest and the speakers from speakers.json; parameter counts are not shown there."""
     from cosyvino.defaults import default_model_dir
-    from cosyvino.families.cosyvoice1.info import model_info
+    from cosyvino.families.official import official_family
 
-    data = model_info(model_dir or default_model_dir())
+    model_dir = model_dir or default_model_dir()
+    if official_family(model_dir) == "cosyvoice2":  # read-only summary until v2 is servable
+        from cosyvino.families.cosyvoice2.info import model_info
+    else:
+        from cosyvino.families.cosyvoice1.info import model_info
+
+    data = model_info(model_dir)
     if as_json:
         click.echo(json.dumps(data, ensure_ascii=False, indent=2))
         return

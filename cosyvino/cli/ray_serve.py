@@ -16,7 +16,8 @@ from cosyvino.errors import CosyvinoError
 
 #: options that become replica settings (``ServerConfig`` fields) when given explicitly
 _SETTINGS = ("model_dir", "backend", "threads", "max_sessions", "queue_size", "request_timeout",
-             "drain_timeout", "api_key", "voices_dir", "cache_dir", "cache_memory_mb")
+             "drain_timeout", "api_key", "public_voice_list", "voices_dir", "cache_dir",
+             "cache_memory_mb")
 
 
 @click.command("ray-serve")
@@ -65,6 +66,10 @@ _SETTINGS = ("model_dir", "backend", "threads", "max_sessions", "queue_size", "r
               help="Seconds a stopping replica gives its requests. Default: --timeout.")
 @click.option("--api-key", envvar="COSYVINO_API_KEY", default=None,
               help="Require 'Authorization: Bearer KEY' (env COSYVINO_API_KEY).")
+@click.option("--public-voice-list/--no-public-voice-list", envvar="COSYVINO_PUBLIC_VOICE_LIST",
+              default=False,
+              help="Answer GET /v1/audio/voices (ids and names only) and GET /v1/audio/models "
+                   "without the API key (as `cosyvino serve`). Default: off.")
 @click.option("--voices-dir", envvar="COSYVINO_VOICES_DIR", type=click.Path(file_okay=False),
               default=None,
               help="Registered voices (a directory every node sees, e.g. a shared file "
@@ -80,7 +85,8 @@ _SETTINGS = ("model_dir", "backend", "threads", "max_sessions", "queue_size", "r
 @click.pass_context
 def ray_serve(ctx, plan_path, model_dir, address, host, port, replicas, max_replicas,
               num_cpus, backend, threads, max_sessions, queue_size, request_timeout,
-              drain_timeout, api_key, voices_dir, cache_dir, cache_memory_mb, detach):
+              drain_timeout, api_key, public_voice_list, voices_dir, cache_dir,
+              cache_memory_mb, detach):
     """Serve the cosyvino HTTP API on Ray Serve replicas (one model per replica).
 
     See docs/ray-serve.md.

@@ -52,6 +52,12 @@ def _is_loopback(host: str) -> bool:
               default=False,
               help="Require the API key on /metrics too (env COSYVINO_METRICS_AUTH=1; needs "
                    "--api-key). Default: /metrics, /health and /ready are open.")
+@click.option("--public-voice-list/--no-public-voice-list", envvar="COSYVINO_PUBLIC_VOICE_LIST",
+              default=False,
+              help="Answer GET /v1/audio/voices (ids and names only) and GET /v1/audio/models "
+                   "without the API key: Open WebUI fetches both without one and otherwise "
+                   "falls back to OpenAI's voice names (env COSYVINO_PUBLIC_VOICE_LIST=1). "
+                   "Default: off; speech and voice changes always need the key.")
 @click.option("--backend", envvar="COSYVINO_BACKEND", default="torch",
               help="Backend plugin. Default: from the plan, else torch.")
 @click.option("--threads", envvar="COSYVINO_THREADS", type=click.IntRange(min=1), default=None,
@@ -133,7 +139,8 @@ def _is_loopback(host: str) -> bool:
                    "VOICE; repeatable; env: comma separated. Adds to / replaces the default "
                    "table (docs/server.md, 'Voice aliases').")
 @click.pass_context
-def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend, threads,
+def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, public_voice_list,
+          backend, threads,
           max_sessions, llm_batch, estimator_batch, first_chunk_hold, queue_size, request_timeout, drain_timeout, cache_dir, no_cache,
           cache_memory_mb, cache_disk_mb, voices_dir, max_upload_mb, num_speech_tokens,
           no_warmup, log_level, log_format, shutdown_delay, cors_origins, voice_aliases):
@@ -174,7 +181,8 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
             say("warning", note)
         config = ServerConfig(
             request_timeout=request_timeout, api_key=api_key or None,
-            metrics_auth=metrics_auth, drain_timeout=drain_timeout,
+            metrics_auth=metrics_auth, public_voice_list=public_voice_list,
+            drain_timeout=drain_timeout,
             cache_dir=None if no_cache else (cache_dir or _default_cache_dir()),
             cache_memory_mb=0.0 if no_cache else cache_memory_mb, cache_disk_mb=cache_disk_mb,
             voices_dir=voices_dir, max_upload_bytes=int(max_upload_mb * (1 << 20)),
@@ -201,6 +209,9 @@ def serve(ctx, plan_path, model_dir, host, port, api_key, metrics_auth, backend,
                      else f"{key.replace('_', ' ')} {value} (from the plan)")
             say("warning", f"{named} has no effect with {config.max_sessions} session: "
                 "batching needs concurrent requests (--max-sessions >= 2)")
+    if config.public_voice_list and not config.api_key:
+        say("warning", "--public-voice-list has no effect without --api-key: every endpoint "
+            "is open already")
     if not _is_loopback(host) and not config.api_key:
         say("warning", f"listening on {host} without --api-key: anyone who can reach this "
             "port can use the server")

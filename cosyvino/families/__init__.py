@@ -10,6 +10,7 @@ import os
 
 from ..errors import ModelDirError
 from .base import GraphSpec, GraphTable, Mode, ModelFamily, StateSpec, TensorSpec
+from .official import FAMILY_TITLES, official_family, official_yaml
 
 #: the family of dirs that record none (converted before families existed; official v1 dirs)
 DEFAULT_FAMILY = "cosyvoice1"
@@ -53,7 +54,9 @@ def detect_family(model_dir) -> type[ModelFamily]:
     official dir (third-party families are asked before the built-in one).
 
     Raises:
-        ModelDirError: ``model_dir`` does not exist or no family recognizes it.
+        ModelDirError: ``model_dir`` does not exist or no family recognizes it; an official
+            CosyVoice2/3 dir (:func:`cosyvino.families.official.official_family`) that no
+            registered family accepts.
     """
     model_dir = os.fspath(model_dir)
     if not os.path.isdir(model_dir):
@@ -68,6 +71,15 @@ def detect_family(model_dir) -> type[ModelFamily]:
                 return classes[fam_name]
         except Exception:  # a broken third-party detect must not hide the others
             continue
+    official = official_family(model_dir)
+    if official is not None and official != DEFAULT_FAMILY:
+        # an official CosyVoice2/3 dir no registered family serves: say so rather than
+        # mis-reading it as v1
+        title = FAMILY_TITLES[official]
+        raise ModelDirError(
+            f"{model_dir} is a {title} model dir ({official_yaml(official)}); this cosyvino "
+            f"cannot serve {title} yet (no '{official}' family is registered; `cosyvino info` "
+            "summarizes the dir)", model_dir)
     return classes[DEFAULT_FAMILY] if DEFAULT_FAMILY in classes else get_family(DEFAULT_FAMILY)
 
 

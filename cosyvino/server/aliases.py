@@ -28,6 +28,8 @@ DEFAULT_ALIASES: dict[str, str] = {
     "alloy": FEMALE_EN, "ash": MALE_EN, "ballad": MALE_EN, "coral": FEMALE_EN,
     "echo": MALE_EN, "fable": MALE_EN, "onyx": MALE_EN, "nova": FEMALE_EN,
     "sage": FEMALE_EN, "shimmer": FEMALE_EN, "verse": MALE_EN,
+    # the two voices OpenAI added with gpt-realtime / gpt-4o-mini-tts (2025)
+    "marin": FEMALE_EN, "cedar": MALE_EN,
 }
 
 

@@ -24,8 +24,9 @@ log = logging.getLogger("cosyvino.server")
 MAGIC = b"CVCACHE1"
 _HEADER = len(MAGIC) + 32
 #: bump when the bytes for the same inputs change (encoders, join rule, int16 rule) or the
-#: key's parts change (3: the voice by its bundle digest, the mode inputs)
-CACHE_VERSION = 3
+#: key's parts change (3: the voice by its bundle digest, the mode inputs; 4: entries are
+#: complete files, with their lengths in the header)
+CACHE_VERSION = 4
 
 
 def model_fingerprint(model_dir: str, backend: str) -> str:

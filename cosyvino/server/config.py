@@ -37,6 +37,10 @@ class ServerConfig:
     api_key: str | None = None
     #: ask for the API key on /metrics too (default: open, like /health and /ready)
     metrics_auth: bool = False
+    #: answer ``GET /v1/audio/voices`` (ids and names only) and ``GET /v1/audio/models``
+    #: without the API key: Open WebUI fetches both without one (docs/server.md, "Open
+    #: WebUI"); everything else still needs the key
+    public_voice_list: bool = False
     #: seconds after SIGTERM for admitted requests to finish (None = ``request_timeout``: none
     #: can run longer); then what is left is cancelled and the process exits
     drain_timeout: float | None = None

@@ -1,27 +1,39 @@
-"""Audio on the wire: progressive per-format stream encoders (the joins between text segments
+"""Audio on the wire: per-format encoders that stream progressively or, when the whole audio is
+there before the first byte goes out, write one complete file (the joins between text segments
 are :func:`cosyvino.audio.smooth_join`, re-exported here).
 
-Every encoder takes float32 chunks at the model rate (22050 Hz) in order and returns the bytes
-to send as soon as its encoder/muxer has produced them: one container header, then frames or
-pages, never the whole file at the end.
+Every encoder takes float32 chunks at the model rate (22050 Hz) in order. Two cases
+(docs/server.md, "Complete files and streams"):
 
-* ``wav``  one RIFF header (sizes 0xFFFFFFFF = unknown length, the usual streaming form), then
-  int16 PCM per chunk; model rate.
+* **complete file**: the first chunk fed is also the last (``feed(x, last=True)`` first, or
+  :func:`encode_file`; the server's one-chunk responses and its cache entries). The file's
+  header holds the real length: WAV sizes (soundfile), FLAC STREAMINFO total samples and MD5,
+  mp3 Xing/LAME header with the encoder delay and padding (FFmpeg's muxers patch these at the
+  end, which needs the seekable in-memory file used here). :attr:`StreamEncoder.complete`.
+* **stream**: later chunks follow; each :meth:`StreamEncoder.feed` returns the bytes its
+  encoder/muxer produced so far (one container header, then frames or pages, never the whole
+  file at the end) into a non-seekable sink, so nothing already sent is patched: WAV sizes
+  0xFFFFFFFF, FLAC total samples 0 ("unknown"), no Xing/LAME header.
+
+Formats:
+
+* ``wav``  int16 PCM at the model rate.
 * ``pcm``  raw int16 little-endian mono at 24 kHz (OpenAI's ``pcm``), resampled with a
   *streaming* soxr resampler so chunk boundaries leave no resampling seams.
 * ``raw``  raw int16 at the model rate, no header (CosyVoice ``/inference_sft`` wire format).
 * ``mp3`` (libmp3lame), ``opus`` (libopus in Ogg), ``flac``, ``aac`` (FFmpeg's AAC encoder in
-  ADTS frames): FFmpeg encoders and muxers through PyAV, writing to an in-memory,
-  non-seekable sink (so no muxer goes back to patch a header: what is sent stays valid).
-  mp3/flac/aac at the model rate; opus at 24 kHz (Opus only takes 8/12/16/24/48 kHz), through
-  the same streaming soxr resampler as ``pcm``.
+  ADTS frames): FFmpeg encoders and muxers through PyAV. mp3/flac/aac at the model rate; opus
+  at 24 kHz (Opus only takes 8/12/16/24/48 kHz), through the same streaming soxr resampler as
+  ``pcm``. ADTS has no field for the AAC encoder's 1024-sample priming
+  (:data:`AAC_PRIMING`): decoders return it before the audio, complete file or not.
 
-Every int16 sample comes from :func:`cosyvino.audio.float_to_int16`, the rule the CLI's files
-use too.
+``pcm`` and ``raw`` have no header: a stream of them is a complete file. Every int16 sample
+comes from :func:`cosyvino.audio.float_to_int16`, the rule the CLI's files use too.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -45,6 +57,10 @@ CONTENT_TYPES = {
 SPEECH_FORMATS = ("wav", "pcm", "flac", "mp3", "opus", "aac")
 PCM_RATE = 24000
 OPUS_RATE = 24000
+#: samples of encoder priming FFmpeg's AAC encoder puts before the audio (its
+#: ``initial_padding``: one 1024-sample frame, the MDCT overlap of AAC-LC, ISO/IEC 14496-3
+#: §4.6.11). ADTS cannot signal it, so every decoder returns these samples first.
+AAC_PRIMING = 1024
 
 #: what the server sends for a list of chunks, as one float array (tests, benchmarks): the
 #: joins of :func:`cosyvino.audio.join_chunks` (the server's join policy lives there)
@@ -59,7 +75,8 @@ def to_int16(samples: np.ndarray) -> np.ndarray:
 
 # ---- encoders --------------------------------------------------------------------------------
 def wav_stream_header(sample_rate: int, channels: int = 1, bits: int = 16) -> bytes:
-    """44-byte PCM WAV header with unknown length (RIFF and data sizes 0xFFFFFFFF)."""
+    """44-byte PCM WAV header with unknown length (RIFF and data sizes 0xFFFFFFFF), for streams
+    only: a complete file gets its real sizes (:func:`wav_file`)."""
     block = channels * bits // 8
     return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE"
             + b"fmt " + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate,
@@ -67,17 +84,33 @@ def wav_stream_header(sample_rate: int, channels: int = 1, bits: int = 16) -> by
             + b"data" + struct.pack("<I", 0xFFFFFFFF))
 
 
+def wav_file(samples: np.ndarray, sample_rate: int) -> bytes:
+    """A complete 16-bit mono WAV of int16 ``samples`` [S] (libsndfile through soundfile:
+    RIFF and data sizes are the real ones)."""
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, np.asarray(samples, np.int16), sample_rate, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
 class StreamEncoder:
     """Feed chunks in order with :meth:`feed` (``last=True`` on the final one, which then also
     returns the trailing bytes); :meth:`finish` returns whatever is still due (all of it when
     no chunk was marked last); :meth:`close` frees the encoder of a stream that was cut.
 
+    A first :meth:`feed` with ``last=True`` (or :meth:`finish` before any feed) returns one
+    complete file instead of a stream (module docstring); :attr:`complete` then says so.
+
     Attributes:
         media_type: the Content-Type.
         sample_rate: Hz of the float input (the model rate).
+        complete: True when the bytes returned make a complete file whose header holds the
+            real length (always for the headerless ``pcm``/``raw``); False for a stream.
     """
 
     media_type = "application/octet-stream"
+    complete = True
 
     def __init__(self, sample_rate: int):
         self.sample_rate = sample_rate
@@ -101,25 +134,39 @@ class RawEncoder(StreamEncoder):
 
 
 class WavEncoder(StreamEncoder):
-    """One unknown-length WAV header, then int16 LE at the model rate per chunk."""
+    """A complete WAV for a first chunk marked last; otherwise one unknown-length WAV header,
+    then int16 LE at the model rate per chunk.
+
+    Raises:
+        ValueError: audio fed after the last chunk.
+    """
 
     media_type = CONTENT_TYPES["wav"]
 
     def __init__(self, sample_rate):
         super().__init__(sample_rate)
-        self._header_sent = False
-
-    def _header(self) -> bytes:
-        if self._header_sent:
-            return b""
-        self._header_sent = True
-        return wav_stream_header(self.sample_rate)
+        self.complete = False
+        self._started = False
+        self._ended = False
 
     def feed(self, samples, last):
-        return self._header() + to_int16(samples).tobytes()
+        if self._ended:
+            raise ValueError("audio fed after the last chunk")
+        self._ended = last
+        data = to_int16(samples)
+        if not self._started and last:
+            self._started = self.complete = True
+            return wav_file(data, self.sample_rate)
+        head = b"" if self._started else wav_stream_header(self.sample_rate)
+        self._started = True
+        return head + data.tobytes()
 
     def finish(self):
-        return self._header()  # an empty stream is still a valid (empty) WAV
+        if self._started:
+            return b""
+        # no audio at all: a complete, empty WAV
+        self._started = self._ended = self.complete = True
+        return wav_file(np.zeros(0, np.int16), self.sample_rate)
 
 
 class _Resampler:
@@ -199,9 +246,10 @@ AV_FORMATS = {
 }
 
 
-class _Sink:
-    """The file the muxer writes to: appends, cannot seek (so nothing already sent is
-    rewritten); :meth:`take` hands out what was written since the last call."""
+class _StreamSink:
+    """The file a streaming muxer writes to: appends, cannot seek (so nothing already sent is
+    rewritten; muxers then leave lengths "unknown"); :meth:`take` hands out what was written
+    since the last call."""
 
     def __init__(self):
         self._buf = bytearray()
@@ -216,11 +264,24 @@ class _Sink:
         return out
 
 
-class AvEncoder(StreamEncoder):
-    """mp3 / opus / flac / aac, progressively, with PyAV (FFmpeg's encoders and muxers).
+class _FileSink(io.BytesIO):
+    """The file a complete file's muxer writes to: seekable, so the muxer's trailer patches the
+    header (FLAC STREAMINFO, mp3 Xing/LAME frame); :meth:`take` is called once, after the
+    muxer closed."""
 
-    The container header goes out with the first bytes; every :meth:`feed` returns the frames
-    (pages) the encoder and muxer completed for it. What the codec still needs for its
+    def take(self) -> bytes:
+        out = self.getvalue()
+        self.seek(0)
+        self.truncate()
+        return out
+
+
+class AvEncoder(StreamEncoder):
+    """mp3 / opus / flac / aac with PyAV (FFmpeg's encoders and muxers): a complete file for a
+    first chunk marked last, otherwise progressively.
+
+    A stream's container header goes out with the first bytes; every :meth:`feed` returns the
+    frames (pages) the encoder and muxer completed for it. What the codec still needs for its
     look-ahead and to fill a frame (an Ogg page) stays in it until the next chunk or the end
     (how much: docs/server.md).
 
@@ -240,8 +301,21 @@ class AvEncoder(StreamEncoder):
         self.output_rate = spec.rate or sample_rate
         self._resampler = (_Resampler(sample_rate, self.output_rate)
                            if self.output_rate != sample_rate else None)
-        self._sink = _Sink()
         self._av = av
+        self._sink = None  # opened by the first feed / finish: a stream or a complete file
+        self._container = None
+        self._stream = None
+        self.complete = False
+        self._pts = 0
+        self._packets = 0          # packets muxed (mp3 end padding, :meth:`_end`)
+        self._initial_padding = 0  # the encoder's priming, from its first packet
+        self._ended = False
+        self._closed = False
+
+    def _open(self, complete: bool) -> None:
+        av, spec = self._av, self._spec
+        self.complete = complete
+        self._sink = _FileSink() if complete else _StreamSink()
         self._container = av.open(self._sink, "w", format=spec.muxer,
                                   container_options=dict(spec.options))
         # flush_packets: bytes reach the sink per packet, not per 32 KiB of I/O buffer;
@@ -253,9 +327,6 @@ class AvEncoder(StreamEncoder):
         codec.layout = "mono"
         if spec.bit_rate:
             codec.bit_rate = spec.bit_rate
-        self._pts = 0
-        self._ended = False
-        self._closed = False
 
     def _encode(self, samples: np.ndarray) -> None:
         if samples.size == 0:
@@ -271,18 +342,53 @@ class AvEncoder(StreamEncoder):
         frame.time_base = Fraction(1, self.output_rate)
         frame.pts = self._pts
         self._pts += data.size
-        self._container.mux(self._stream.encode(frame))
+        self._mux(self._stream.encode(frame))
+
+    def _mux(self, packets: list) -> None:
+        self._note_priming(packets)
+        self._packets += len(packets)
+        self._container.mux(packets)
+
+    def _note_priming(self, packets: list) -> None:
+        if packets and not self._packets:  # the encoder's first packet carries its priming
+            self._initial_padding = _skip_samples(packets[0])[0]
 
     def _end(self) -> None:
         if self._resampler is not None:
             self._encode(self._resampler.flush())
-        self._container.mux(self._stream.encode(None))  # the encoder's delayed frames
+        packets = self._stream.encode(None)  # the encoder's delayed frames
+        if self.complete and self._spec.codec == "libmp3lame" and packets:
+            self._note_priming(packets)
+            self._set_mp3_end_padding(packets[-1], self._packets + len(packets))
+        self._mux(packets)
         self._ended = True
-        self.close()  # the trailer (nothing is rewritten: the sink cannot seek)
+        self.close()  # the trailer (a stream's sink cannot seek: nothing sent is rewritten)
+
+    def _set_mp3_end_padding(self, last_packet, n_packets: int) -> None:
+        """Make the LAME header's padding the real one.
+
+        FFmpeg's mp3 muxer takes the padding from the last packet's skip-samples side data
+        alone, but libmp3lame's flush gives a partly filled frame then an all-padding one, so
+        the partly filled frame's padding (up to one 576-sample frame) was lost and decoders
+        returned that much extra at the end. The padding the decoders must drop is what the
+        packets hold beyond the priming and the input: ``packets x frame_size - priming -
+        samples``.
+        """
+        frame_size = self._stream.codec_context.frame_size
+        padding = n_packets * frame_size - self._initial_padding - self._pts
+        side = last_packet.get_sidedata("skip_samples")
+        if padding < 0 or not side:  # nothing to correct (no partly filled frame)
+            return
+        data = bytearray(bytes(side))
+        data[4:8] = struct.pack("<I", padding)
+        side.update(bytes(data))
+        last_packet.set_sidedata(side)
 
     def feed(self, samples, last):
         if self._ended:
             raise ValueError("audio fed after the last chunk")
+        if self._container is None:
+            self._open(complete=last)
         x = np.asarray(samples, np.float32)
         if self._resampler is not None:
             x = self._resampler(x, False)
@@ -293,13 +399,27 @@ class AvEncoder(StreamEncoder):
 
     def finish(self):
         if not self._ended:
+            if self._container is None:
+                self._open(complete=True)  # no audio at all: a complete, empty file
             self._end()
         return self._sink.take()
 
     def close(self):
         if not self._closed:
             self._closed = True
-            self._container.close()
+            if self._container is not None:
+                self._container.close()
+
+
+def _skip_samples(packet) -> tuple[int, int]:
+    """(samples to skip at the start, samples to discard at the end) of a packet's
+    AV_PKT_DATA_SKIP_SAMPLES side data (FFmpeg libavcodec/packet.h: u32le, u32le, u8, u8);
+    (0, 0) when it has none."""
+    side = packet.get_sidedata("skip_samples")
+    if not side or side.data_size < 8:
+        return 0, 0
+    start, end = struct.unpack_from("<II", bytes(side))
+    return start, end
 
 
 def make_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
@@ -317,3 +437,17 @@ def make_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
     if fmt in AV_FORMATS:
         return AvEncoder(sample_rate, fmt)
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def encode_file(fmt: str, samples: np.ndarray, sample_rate: int) -> bytes:
+    """The complete file of float32 ``samples`` [S] at ``sample_rate`` Hz in ``fmt`` (what
+    a one-chunk response sends; the result cache stores these).
+
+    Raises:
+        ValueError: unknown format.
+    """
+    encoder = make_encoder(fmt, sample_rate)
+    try:
+        return encoder.feed(samples, True) + encoder.finish()
+    finally:
+        encoder.close()

@@ -46,15 +46,28 @@ def busy_error(e: Busy) -> APIError:
     return APIError(503, str(e), type_="server_error", code="server_busy", headers=headers)
 
 
-def too_long_error(e: TooLong, text_param: str) -> APIError:
-    """400 ``input_too_long``: the request alone cannot finish within the request timeout."""
-    return APIError(400, str(e), param=text_param, code="input_too_long")
+def too_long_error(e: TooLong, text_param: str, source_param: str = "source_audio") -> APIError:
+    """400 ``input_too_long``: the request alone cannot finish within the request timeout.
+    ``param``: the endpoint's text field, or its source recording field (``source_param``)
+    for voice conversion, whose length comes from the recording (``e.source``)."""
+    param = source_param if getattr(e, "source", "text") == "source audio" else text_param
+    return APIError(400, str(e), param=param, code="input_too_long")
 
 
 def not_ready_error(e: NotReady) -> APIError:
     """503 ``not_ready`` (model loading or failed to load)."""
     return APIError(503, str(e), type_="server_error", code="not_ready",
                     headers={"Retry-After": "5"})
+
+
+def audio_message(message: str, field: str) -> str:
+    """A :class:`~cosyvino.prompt_audio.PromptAudioError` message naming the request field
+    the recording came in: ``"prompt audio: ..."`` -> ``"prompt audio 'prompt_wav': ..."``
+    (the library names the recording by its role; a client needs the form field)."""
+    for role in ("prompt audio", "source audio"):
+        if message.startswith(role) and not message.startswith(f"{role} '"):
+            return f"{role} '{field}'{message[len(role):]}"
+    return message
 
 
 def input_error(e: InputError, text_param: str, voice_param: str,
@@ -78,7 +91,8 @@ def input_error(e: InputError, text_param: str, voice_param: str,
         return APIError(400, msg, param=text_param, code="empty_input")
     if isinstance(e, PromptAudioError):
         key = "source_audio" if msg.startswith("source audio") else "prompt_audio"
-        return APIError(400, msg, param=fields.get(key, key), code="invalid_audio")
+        field = fields.get(key, key)
+        return APIError(400, audio_message(msg, field), param=field, code="invalid_audio")
     if msg.startswith("mode ") and "is not supported by this model" in msg:
         return APIError(400, msg, code="unsupported_mode")
     # a mode input that is missing or not taken: the message starts with its library name,
@@ -109,7 +123,8 @@ def voice_error(e: Exception, *, name_param: str = "name",
     if isinstance(e, InvalidVoiceNameError):
         return APIError(400, msg, param=name_param, code="invalid_voice_name")
     if isinstance(e, PromptAudioError):
-        return APIError(400, msg, param=file_param, code="invalid_audio")
+        return APIError(400, audio_message(msg, file_param), param=file_param,
+                        code="invalid_audio")
     if isinstance(e, VoiceStoreError):
         return APIError(500, msg, type_="server_error", code="voice_store_error")
     if isinstance(e, InputError):

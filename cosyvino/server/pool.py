@@ -23,6 +23,12 @@
   the request timeout (:class:`TooLong`, a 400). A queued request whose deadline becomes
   unreachable leaves the queue with a 503 before it starts (:meth:`SynthesisPool.acquire`), so
   an admitted request is not left to time out because of queue order.
+* "Never fits" is decided on the request's cost ALONE (issue 33, defect 1): the 400 uses the
+  quiet rate, measured only on chunks a request delivered while it was the only one in the
+  pool (none other running or being validated) and the process got its usual share of the
+  CPU; load (our own or another process's) raises the current rate, which only ever gives 503
+  + Retry-After. An idle server admits what fits at the quiet rate, however high the current
+  rate was left by earlier load.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import asyncio
 import contextvars
 import logging
 import math
+import os
 import threading
 import time
 import unicodedata
@@ -60,22 +67,34 @@ class NotReady(Exception):
 
 
 class TooLong(Exception):
-    """The request alone would take longer than the request timeout at the measured speed: a
-    400 (retrying cannot help). Attributes: ``seconds`` (estimated wall seconds, margin
-    included), ``limit`` (the request timeout, s), ``speech_seconds`` (expected speech at speed
-    1) and ``max_speech_seconds`` (what fits in the timeout at the measured speed)."""
+    """The request would take longer than the request timeout even alone on this server, at
+    its quiet speed (:meth:`WorkEstimator.quiet_rtf_of`): a 400 (retrying cannot help).
+
+    Attributes: ``seconds`` (estimated wall seconds alone, margin included), ``limit`` (the
+    request timeout, s), ``speech_seconds`` (expected speech at speed 1),
+    ``max_speech_seconds`` (what fits in the timeout at the quiet speed) and ``source``: what
+    makes the request long, ``"text"`` or ``"source audio"`` (voice conversion: the source
+    recording's length, not a text, sets its work)."""
 
     def __init__(self, seconds: float, limit: float, speech_seconds: float,
-                 max_speech_seconds: float):
+                 max_speech_seconds: float, source: str = "text"):
+        if source == "source audio":
+            what = f"the source audio is {speech_seconds:.1f} s long"
+            cut = (f"about {max_speech_seconds:.0f} s of source audio: split the recording "
+                   "into shorter requests")
+        else:
+            what = f"this input is about {speech_seconds:.0f} s of speech"
+            cut = (f"about {max_speech_seconds:.0f} s of speech: split the text into shorter "
+                   "requests")
         super().__init__(
-            f"this input is about {speech_seconds:.0f} s of speech, which would take about "
-            f"{seconds:.0f} s to synthesize at the server's measured speed; the request timeout "
-            f"is {limit:g} s, which allows about {max_speech_seconds:.0f} s of speech: split "
-            "the text into shorter requests")
+            f"{what}, which would take about {seconds:.0f} s to synthesize even with this "
+            f"server to itself (its measured speed alone); the request timeout is {limit:g} s, "
+            f"which allows {cut}")
         self.seconds = seconds
         self.limit = limit
         self.speech_seconds = speech_seconds
         self.max_speech_seconds = max_speech_seconds
+        self.source = source
 
 
 # ---- work estimates --------------------------------------------------------------------------
@@ -99,14 +118,23 @@ PRIOR_WEIGHT_SECONDS = 2.0
 #: rate is assumed (a starting point only: the soak cut 3 zero-shot streams that were admitted
 #: on the plain rate, docs/reliability.md)
 PROMPT_PRIOR_FACTOR = 2.0
-#: request kinds with a rate of their own
-KINDS = ("plain", "prompt")
+#: request kinds with a rate of their own: "vc" (voice conversion, token-to-wav) runs no LLM,
+#: only the flow and the vocoder over the source's tokens, so it is far cheaper per second of
+#: speech than "prompt" text-to-speech and must not share its rate
+KINDS = ("plain", "prompt", "vc")
 #: half-life (s) of the decaying averages: an observation counts half after this long
 HALF_LIFE_SECONDS = 60.0
 #: admission plans for this factor more wall time than the estimate (estimates are averages)
 MARGIN = 1.25
-#: seconds of speech measured before a request is refused as never fitting (400)
+#: seconds of speech measured before a request is refused as never fitting (400): for the
+#: quiet rate, seconds measured alone for the request's own kind
 MIN_EVIDENCE_SECONDS = 5.0
+#: a chunk measured alone counts towards the quiet rate only if the process got at least this
+#: share of the best CPU utilization (process CPU seconds / wall seconds) seen on such chunks:
+#: below it another process was taking the cores, and the chunk's wall time is that load's
+QUIET_MIN_CPU_SHARE = 0.5
+#: chunks shorter than this (wall s) do not set the best CPU utilization (too coarse a clock)
+QUIET_MIN_CPU_WALL = 0.05
 
 
 def text_units(text: str) -> float:
@@ -151,16 +179,22 @@ class _DecayingRatio:
 class WorkEstimator:
     """Expected speech and wall seconds of requests, from rates measured online.
 
-    * speech seconds (at speed 1) of a request: ``segments * num_speech_tokens /``
-      :data:`TOKENS_PER_SECOND` when the token count is forced, the speech tokens given (voice
-      conversion: the source's) over :data:`TOKENS_PER_SECOND`, else ``text_units(text) *``
-      the measured speech seconds per unit (completed requests; prior
+    * speech seconds (at speed 1) of a request: the speech tokens given (voice conversion: the
+      source's, forced count or not) over :data:`TOKENS_PER_SECOND`, ``segments *
+      num_speech_tokens /`` :data:`TOKENS_PER_SECOND` when the token count is forced, else
+      ``text_units(text) *`` the measured speech seconds per unit (completed requests; prior
       :data:`SPEECH_SECONDS_PER_UNIT`);
-    * wall seconds: speech seconds times the measured wall seconds per speech second, observed
-      on every chunk a running request delivers (so a long request counts as it progresses, and
-      under contention the rate includes it); prior :data:`PRIOR_RTF`.
+    * current rate (:meth:`rtf_of`): wall seconds per speech second, observed on every chunk a
+      running request delivers (so a long request counts as it progresses, and under
+      contention the rate includes it); prior :data:`PRIOR_RTF`. What a request costs with
+      the server as loaded now: the 503 decisions;
+    * quiet rate (:meth:`quiet_rtf_of`): the same, observed only on chunks delivered while the
+      request was alone in the pool (``alone``) and the process was not starved of CPU
+      (``cpu``: process CPU seconds over the chunk, at least :data:`QUIET_MIN_CPU_SHARE` x the
+      best utilization seen alone). No prior: what a request costs alone on this machine,
+      which load cannot raise. The 400 decision (never fits) uses only this.
 
-    Both are :class:`_DecayingRatio` s with half-life :data:`HALF_LIFE_SECONDS`, so older (long)
+    All are :class:`_DecayingRatio` s with half-life :data:`HALF_LIFE_SECONDS`, so older (long)
     requests stop dominating. Not thread-safe: the pool calls it under its lock.
 
     Args:
@@ -172,30 +206,49 @@ class WorkEstimator:
         self._rtf = {k: _DecayingRatio(PRIOR_RTF, PRIOR_WEIGHT_SECONDS, half_life)
                      for k in KINDS}
         self._seen = {k: 0.0 for k in KINDS}
+        self._quiet = {k: _DecayingRatio(0.0, 0.0, half_life) for k in KINDS}
+        self._quiet_seen = {k: 0.0 for k in KINDS}
+        self.best_cpu_use = 0.0  # highest CPU s per wall s of a chunk measured alone
         self._per_unit = _DecayingRatio(SPEECH_SECONDS_PER_UNIT, 10.0, half_life)
         self.measured_seconds = 0.0  # speech seconds observed (not decayed): the evidence
 
     @property
     def rtf(self) -> float:
-        """Wall seconds per second of speech (at speed 1) of plain requests."""
+        """Wall seconds per second of speech (at speed 1) of plain requests, as loaded."""
         return self._rtf["plain"].value
 
     def rtf_of(self, kind: str) -> float:
-        """Wall seconds per second of speech of requests of ``kind`` (:data:`KINDS`); a kind
-        not measured yet: :data:`PROMPT_PRIOR_FACTOR` x the plain rate for "prompt".
+        """Current wall seconds per second of speech of requests of ``kind`` (:data:`KINDS`);
+        a kind not measured yet: :data:`PROMPT_PRIOR_FACTOR` x the plain rate for "prompt",
+        the plain rate for "vc" (no LLM: cheaper than plain).
 
         Raises:
             KeyError: unknown kind."""
         if kind != "plain" and self._seen[kind] <= 0:
-            return self.rtf * PROMPT_PRIOR_FACTOR
+            return self.rtf * (PROMPT_PRIOR_FACTOR if kind == "prompt" else 1.0)
         return self._rtf[kind].value
+
+    def quiet_rtf_of(self, kind: str) -> float | None:
+        """Wall seconds per second of speech of a request of ``kind`` running alone (None:
+        never measured alone).
+
+        Raises:
+            KeyError: unknown kind."""
+        q = self._quiet[kind]
+        return q.value if self._quiet_seen[kind] > 0 and q.den > 0 else None
+
+    def knows_quiet(self, kind: str) -> bool:
+        """Enough of ``kind`` measured alone to refuse a request as never fitting."""
+        return self._quiet_seen[kind] >= MIN_EVIDENCE_SECONDS
 
     @staticmethod
     def kind(request: SynthesisRequest | None) -> str:
-        """``"prompt"`` for a request that carries a prompt recording (its own or a registered
-        voice's), else ``"plain"``."""
+        """``"vc"`` for speech tokens to vocode (voice conversion), ``"prompt"`` for a request
+        that carries a prompt recording (its own or a registered voice's), else ``"plain"``."""
         if request is None:
             return "plain"
+        if request.speech_tokens is not None:
+            return "vc"
         voice = request.voice
         if request.prompt_audio is not None or getattr(voice, "has_prompt", False):
             return "prompt"
@@ -208,33 +261,59 @@ class WorkEstimator:
 
     @property
     def confident(self) -> bool:
-        """Enough measured to refuse a request as never fitting."""
+        """Enough measured (any kind, loaded or not) to refuse a request as late (503)."""
         return self.measured_seconds >= MIN_EVIDENCE_SECONDS
 
     def speech_seconds(self, request: SynthesisRequest, segments: int = 1) -> float:
         """Expected seconds of speech of a validated request, at speed 1 (>= 0)."""
+        # voice conversion: the source's tokens (a forced token count is for the LLM, which
+        # vc does not run; the server sets one on every request with --num-speech-tokens)
+        if request.speech_tokens is not None:
+            return request.speech_tokens.size / TOKENS_PER_SECOND
         if request.num_speech_tokens:
             return max(1, segments) * request.num_speech_tokens / TOKENS_PER_SECOND
-        if request.speech_tokens is not None:  # voice conversion: the source's tokens
-            return request.speech_tokens.size / TOKENS_PER_SECOND
         return text_units(request.text) * self.speech_per_unit
 
-    def observe_chunk(self, wall: float, speech_seconds: float, kind: str = "plain") -> None:
+    def observe_chunk(self, wall: float, speech_seconds: float, kind: str = "plain",
+                      alone: bool = False, cpu: float | None = None) -> None:
         """A running request of ``kind`` delivered ``speech_seconds`` (audio seconds x speed)
-        in ``wall`` seconds since its previous chunk (or its start)."""
+        in ``wall`` seconds since its previous chunk (or its start). ``alone``: no other
+        request was in the pool all that time; ``cpu``: the process's CPU seconds over it
+        (None: unknown, the chunk is taken as not starved)."""
         if speech_seconds <= 0 or wall < 0:
             return
-        if self._seen[kind] <= 0 and kind != "plain":  # its prior: a multiple of plain's
+        if self._seen[kind] <= 0 and kind != "plain":  # its prior: from plain's
             self._rtf[kind] = _DecayingRatio(self.rtf_of(kind), PRIOR_WEIGHT_SECONDS,
                                              self._rtf[kind].half_life)
-        self._rtf[kind].add(wall, speech_seconds, self.clock())
+        now = self.clock()
+        self._rtf[kind].add(wall, speech_seconds, now)
         self._seen[kind] += speech_seconds
         self.measured_seconds += speech_seconds
+        if alone and self._uncontended(wall, cpu):
+            self._quiet[kind].add(wall, speech_seconds, now)
+            self._quiet_seen[kind] += speech_seconds
+
+    def _uncontended(self, wall: float, cpu: float | None) -> bool:
+        """Whether a chunk measured alone had the CPU it usually gets (updates the best)."""
+        if cpu is None or wall <= 0:
+            return True
+        use = cpu / wall
+        if wall >= QUIET_MIN_CPU_WALL:
+            self.best_cpu_use = max(self.best_cpu_use, min(use, _cores()))
+        return use >= QUIET_MIN_CPU_SHARE * self.best_cpu_use
 
     def observe_request(self, units: float, speech_seconds: float) -> None:
         """A completed (not forced-length) request: ``units`` of text gave ``speech_seconds``."""
         if units > 0 and speech_seconds > 0:
             self._per_unit.add(speech_seconds, units, self.clock())
+
+
+def _cores() -> float:
+    """CPUs this process may run on (the most CPU seconds it can get per wall second)."""
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return float(os.cpu_count() or 1)
 
 
 @dataclass(eq=False)
@@ -245,7 +324,10 @@ class Ticket:
         speech: expected seconds of speech (speed 1); ``units``: its text units (0 if forced).
         deadline: clock time by which its last byte must be out.
         started: clock time it got a slot (None while queued); ``done``: speech seconds
-            delivered so far; ``last``: clock time of its start or last chunk.
+            delivered so far; ``last``: clock time of its start or last chunk; ``cpu_last``:
+            the process's CPU time then.
+        shared: another request was in the pool (running or being validated) at some time
+            since ``last``: the next chunk is not a measure of the request alone.
     """
 
     speech: float = 0.0
@@ -256,6 +338,8 @@ class Ticket:
     started: float | None = None
     done: float = 0.0
     last: float = 0.0
+    cpu_last: float = 0.0
+    shared: bool = False
 
 
 #: the ticket of the request this task is serving (set by :meth:`SynthesisPool.enter`, read by
@@ -279,9 +363,12 @@ class SynthesisPool:
     workers.
     """
 
-    def __init__(self, config, synthesizers=None, metrics=None, clock=time.perf_counter):
+    def __init__(self, config, synthesizers=None, metrics=None, clock=time.perf_counter,
+                 cpu_clock=time.process_time):
         self.config = config
         self.clock = clock
+        self.cpu_clock = cpu_clock  # process CPU seconds (all threads): is a chunk starved?
+        self._validating = 0  # validations in progress (prompt models: CPU-heavy; under _lock)
         self.estimator = WorkEstimator(clock)
         self._queued: list[Ticket] = []   # admitted, waiting for a slot (FIFO; under _lock)
         self._started: list[Ticket] = []  # holding a slot (under _lock)
@@ -381,10 +468,26 @@ class SynthesisPool:
         return self.validate(request)[0]
 
     def validate(self, request: SynthesisRequest) -> tuple[SynthesisRequest, int]:
-        """:meth:`prepare`, also returning the number of text segments (for :meth:`enter`)."""
-        state = self.synth.engine.start(request)
-        state.program.close()  # validation only: nothing ran, no LLM session was opened
+        """:meth:`prepare`, also returning the number of text segments (for :meth:`enter`).
+        While it runs (a prompt or source recording goes through the prompt models) the
+        running requests are not alone: their chunks do not feed the quiet rate."""
+        with self._lock:
+            self._validating += 1
+            self._mark_shared()
+        try:
+            state = self.synth.engine.start(request)
+            state.program.close()  # validation only: nothing ran, no LLM session was opened
+        finally:
+            with self._lock:
+                self._validating -= 1
         return state.request, state.total_segments
+
+    def _mark_shared(self) -> None:
+        """Under _lock: when more than one request is in the pool (running or validating),
+        none of the running ones is alone until its next chunk."""
+        if len(self._started) + self._validating > 1:
+            for t in self._started:
+                t.shared = True
 
     # ---- admission (event loop) --------------------------------------------------------------
     def enter(self, request: SynthesisRequest | None = None, segments: int = 1,
@@ -395,13 +498,19 @@ class SynthesisPool:
         Admission plans :data:`MARGIN` x the request's estimated wall time: it must fit before
         ``arrived + request_timeout`` after the estimated wait for a slot (the remaining work
         of the running requests and the work of those queued ahead, on ``max_sessions``
-        lanes). The ticket is returned and also bound to the calling task (a context
-        variable) for :meth:`acquire` and :meth:`start`. Without ``request`` only the count
-        is checked (tests).
+        lanes). With other work in the pool the request is estimated at the current rate
+        (:meth:`WorkEstimator.rtf_of`, load included); on an idle pool it runs alone, at the
+        quiet rate (:meth:`WorkEstimator.quiet_rtf_of`; not measured yet: admitted). The
+        ticket is returned and also bound to the calling task (a context variable) for
+        :meth:`acquire` and :meth:`start`. Without ``request`` only the count is checked
+        (tests).
 
         Raises:
-            Busy: draining, queue full, or it would not finish before its deadline (503).
-            TooLong: it alone would not finish within the request timeout (400).
+            Busy: draining, queue full, or it would not finish before its deadline (503;
+                ``retry_after``: the seconds it is late by, at most until the work admitted
+                now is done and it would run alone).
+            TooLong: even alone, at the quiet rate, it would not finish within the request
+                timeout (400; only once :meth:`WorkEstimator.knows_quiet` its kind).
             NotReady: the model is not loaded.
         """
         c = self.config
@@ -422,30 +531,40 @@ class SynthesisPool:
                 ticket.units = 0.0 if request.num_speech_tokens else text_units(request.text)
                 ticket.speed = request.speed
                 ticket.kind = est.kind(request)
-            rtf = est.rtf_of(ticket.kind)
-            need = ticket.speech * rtf * MARGIN
+            quiet = est.quiet_rtf_of(ticket.kind)
+            never_fits = est.knows_quiet(ticket.kind) and \
+                ticket.speech * quiet * MARGIN > c.request_timeout
             lanes = self._lanes(now)
-            wait = min(lanes)
-            confident = est.confident
+            wait, drained = min(lanes), max(lanes)
+            idle = not self._started and not self._queued
+            if idle:  # it runs alone: its own cost, whatever load left the current rate at
+                need = ticket.speech * quiet * MARGIN if quiet is not None else 0.0
+                confident = quiet is not None
+            else:
+                need = ticket.speech * est.rtf_of(ticket.kind) * MARGIN
+                confident = est.confident
         self._admission_gauges(wait)
         if self._admitted >= c.max_sessions + c.queue_size:
             self._refused("queue_full")
             raise Busy(f"server busy: {c.max_sessions} session(s) running and "
                        f"{c.queue_size} request(s) queued; retry later",
                        retry_after=self._seconds(self._first_free(now)), reason="queue_full")
-        if confident and need > c.request_timeout:
+        if never_fits:
             self._refused("too_long")
-            raise TooLong(need, c.request_timeout, ticket.speech,
-                          c.request_timeout / (rtf * MARGIN))
+            raise TooLong(ticket.speech * quiet * MARGIN, c.request_timeout, ticket.speech,
+                          c.request_timeout / (quiet * MARGIN),
+                          source="source audio" if ticket.kind == "vc" else "text")
         # before anything was measured the prior decides only against queued work: an idle
         # server does not refuse a request on a guess
         late = now + wait + need - ticket.deadline if confident or wait > 0 else 0.0
         if late > 0:
             self._refused("deadline")
+            # it fits alone (else TooLong): at the latest once the work admitted now is done
             raise Busy(f"server busy: about {wait:.0f} s of work is ahead of this request, "
-                       f"which needs about {need:.0f} s; it would not finish within the "
-                       f"{c.request_timeout:g} s request timeout; retry later",
-                       retry_after=self._seconds(late), reason="deadline")
+                       f"which needs about {need:.0f} s at the current load; it would not "
+                       f"finish within the {c.request_timeout:g} s request timeout; retry "
+                       "later", retry_after=self._seconds(min(late, max(drained, 1.0))),
+                       reason="deadline")
         with self._lock:
             self._queued.append(ticket)
         self._admitted += 1
@@ -495,8 +614,13 @@ class SynthesisPool:
         """The admission estimator's numbers (for /ready)."""
         now = self.clock()
         with self._lock:
-            return {"rtf": round(self.estimator.rtf, 4),
-                    "prompt_rtf": round(self.estimator.rtf_of("prompt"), 4),
+            est = self.estimator
+            quiet = {k: (None if est.quiet_rtf_of(k) is None else round(est.quiet_rtf_of(k), 4))
+                     for k in KINDS}
+            return {"rtf": round(est.rtf, 4),
+                    "prompt_rtf": round(est.rtf_of("prompt"), 4),
+                    "vc_rtf": round(est.rtf_of("vc"), 4),
+                    "quiet_rtf": quiet,
                     "speech_seconds_per_unit": round(self.estimator.speech_per_unit, 4),
                     "measured_speech_seconds": round(self.estimator.measured_seconds, 2),
                     "backlog_seconds": round(min(self._lanes(now)), 2)}
@@ -558,8 +682,11 @@ class SynthesisPool:
                     if ticket in self._queued:
                         self._queued.remove(ticket)
                     ticket.started = ticket.last = self.clock()
+                    ticket.cpu_last = self.cpu_clock()
+                    ticket.shared = False
                     if ticket not in self._started:
                         self._started.append(ticket)
+                    self._mark_shared()
             return True
         get.cancel()
         try:
@@ -644,12 +771,15 @@ class SynthesisPool:
         if kind == CHUNK:
             t = job.ticket
             if t is not None:
-                now = self.clock()
+                now, cpu = self.clock(), self.cpu_clock()
                 speech = value.duration * t.speed
                 with self._lock:
-                    self.estimator.observe_chunk(now - t.last, speech, t.kind)
+                    alone = not t.shared and len(self._started) == 1 and not self._validating
+                    self.estimator.observe_chunk(now - t.last, speech, t.kind, alone=alone,
+                                                 cpu=cpu - t.cpu_last)
                     t.done += speech
-                    t.last = now
+                    t.last, t.cpu_last = now, cpu
+                    t.shared = len(self._started) + self._validating > 1
                     rtf = self.estimator.rtf
                 if self.metrics is not None:
                     self.metrics.estimated_rtf.set(rtf)

@@ -1,5 +1,6 @@
-"""The HTTP app: OpenAI-compatible ``/v1/audio/speech`` and voice management
-(``/v1/audio/voices``), the CosyVoice-compatible ``/inference_sft``, ``/inference_zero_shot``,
+"""The HTTP app: OpenAI-compatible ``/v1/audio/speech``, voice management
+(``/v1/audio/voices``) and model lists (``/v1/models``, ``/v1/audio/models``), the
+CosyVoice-compatible ``/inference_sft``, ``/inference_zero_shot``,
 ``/inference_cross_lingual``, ``/inference_instruct`` and ``/inference_vc``, health/readiness
 and Prometheus metrics. See docs/server.md.
 
@@ -45,6 +46,10 @@ log = logging.getLogger("cosyvino.server")
 
 #: model ids /v1/models lists besides the model directory's name (OpenAI clients send these)
 OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+
+#: the fields of a voice object a request without the API key sees in ``GET
+#: /v1/audio/voices`` under ``public_voice_list`` (no transcript, hash or prompt details)
+PUBLIC_VOICE_KEYS = ("id", "name", "object", "builtin")
 
 
 class AppState:
@@ -262,14 +267,19 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)
     _error_handlers(app)
 
-    def check_auth(request: Request) -> None:
+    def has_key(request: Request) -> bool:
+        """Whether the request may use the API: no key configured, or the right one sent
+        (``Authorization: Bearer KEY`` or ``X-API-Key: KEY``)."""
         key = config.api_key
         if not key:
-            return
+            return True
         header = request.headers.get("authorization", "")
         given = header[7:].strip() if header[:7].lower() == "bearer " else \
             request.headers.get("x-api-key", "")
-        if not given or not hmac.compare_digest(given.encode(), key.encode()):
+        return bool(given) and hmac.compare_digest(given.encode(), key.encode())
+
+    def check_auth(request: Request) -> None:
+        if not has_key(request):
             raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
                            code="invalid_api_key",
                            headers={"WWW-Authenticate": "Bearer"})
@@ -308,7 +318,7 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         except Busy as e:
             raise busy_error(e) from None
         except TooLong as e:
-            raise too_long_error(e, p.text_param) from None
+            raise too_long_error(e, p.text_param, p.field("source_audio")) from None
         except NotReady as e:
             raise not_ready_error(e) from None
         return SynthesisResponse(state, request, p, key, started)
@@ -333,24 +343,40 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
                            code="unsupported_mode")
         return await start_synthesis(p)
 
-    @app.get("/v1/models")
-    async def models(request: Request):
-        check_auth(request)
+    def model_objects() -> list[dict]:
+        """The model objects of ``/v1/models`` and ``/v1/audio/models``: the model
+        directory's name and :data:`OPENAI_MODEL_ALIASES`, all naming the loaded model."""
         synth = state.synth()
         name = os.path.basename(os.path.normpath(synth.model_dir)) or "cosyvoice"
         created = int(state.started_at)
         # "modes" (cosyvino extension): what this checkpoint can do (sft, zero_shot, ...);
         # every id names the same loaded model
-        return {"object": "list", "data": [
-            {"id": mid, "object": "model", "created": created, "owned_by": "cosyvino",
-             "modes": synth.modes}
-            for mid in (name, *OPENAI_MODEL_ALIASES)]}
+        return [{"id": mid, "object": "model", "created": created, "owned_by": "cosyvino",
+                 "modes": synth.modes} for mid in (name, *OPENAI_MODEL_ALIASES)]
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        check_auth(request)
+        return {"object": "list", "data": model_objects()}
+
+    @app.get("/v1/audio/models")
+    async def audio_models(request: Request):
+        # what Open WebUI asks a custom TTS base URL for (GET {base}/audio/models, reading
+        # models[].id, without an API key): public with --public-voice-list, as the voices
+        if not config.public_voice_list:
+            check_auth(request)
+        objects = model_objects()
+        return {"object": "list", "models": objects, "data": objects}
 
     @app.get("/v1/audio/voices")
     async def voices(request: Request):
-        check_auth(request)
+        full = has_key(request)
+        if not full and not config.public_voice_list:
+            check_auth(request)
         synth = state.synth()
         objects = await run_in_threadpool(_voice_objects, synth)
+        if not full:  # the public list: names only, never a registered voice's transcript
+            objects = [{k: v[k] for k in PUBLIC_VOICE_KEYS} for v in objects]
         # Open WebUI reads voices[].id / .name; OpenAI-style clients data[].id
         return {"object": "list", "voices": objects, "data": objects,
                 "aliases": state.aliases(synth)}

@@ -19,12 +19,13 @@ import logging
 import threading
 import time
 
+import numpy as np
 from fastapi.responses import Response
 from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
 
 from ..request import SynthesisRequest
-from .encoding import CONTENT_TYPES, chunk_position, make_encoder, smooth_join
+from .encoding import CONTENT_TYPES, chunk_position, encode_file, make_encoder, smooth_join
 from .errors import APIError, busy_error, not_ready_error, synthesis_error, timeout_error
 from .pool import Busy, NotReady
 from .schemas import SpeechParams
@@ -82,12 +83,32 @@ def sse_done(n_tokens: int, stages: dict | None = None) -> bytes:
 
 
 def cached_response(data: bytes, fmt: str, sse: bool) -> Response:
-    """A cache hit: the whole body at once (one delta event for SSE)."""
+    """A cache hit: the whole body at once (one delta event for SSE); ``data`` is a complete
+    file (:func:`cache_entry`)."""
     headers = {"x-cosyvino-cache": "hit"}
     if not sse:
         return Response(data, media_type=media_type(fmt, False), headers=headers)
     return Response(sse_delta(data) + sse_done(0), media_type="text/event-stream",
                     headers=headers)
+
+
+def cache_entry(fmt: str, sample_rate: int, encoder, body: bytes, sent: list) -> bytes:
+    """What the result cache keeps for a response: a complete file (real lengths in its header,
+    docs/server.md "Complete files and streams"), since a hit has the whole audio before it sends.
+
+    Args:
+        fmt: the response format; sample_rate: Hz of the float samples.
+        encoder: the response's finished encoder; body: the bytes it sent.
+        sent: the float32 [S] chunks it was fed, in order.
+
+    Returns ``body`` itself when the response already was a complete file (one chunk, or a
+    headerless format), else the complete file of the same samples
+    (:func:`~.encoding.encode_file`).
+    """
+    if encoder.complete:
+        return body
+    samples = np.concatenate(sent) if sent else np.zeros(0, np.float32)
+    return encode_file(fmt, samples, sample_rate)
 
 
 class SynthesisResponse(Response):
@@ -210,6 +231,7 @@ class SynthesisResponse(Response):
         media = media_type(self.fmt, self.sse, encoder)
         total = job.total
         body = bytearray() if self.key else None
+        sent: list = []  # the float chunks fed, while caching (the cache's complete file)
         while True:
             kind, value = await job.next(deadline - time.perf_counter(), gone)
             if kind == "segment":
@@ -224,6 +246,8 @@ class SynthesisResponse(Response):
                     log.exception("encoding %s failed", self.fmt)
                     kind, value = "error", e
                 else:
+                    if body is not None:
+                        sent.append(samples)
                     progress.add(audio, last_in_segment)
                     if not progress.started:
                         await self._start(send, media)
@@ -255,7 +279,14 @@ class SynthesisResponse(Response):
                     if progress.audio_seconds > 0:
                         metrics.rtf.observe(progress.wall / progress.audio_seconds)
                     if body is not None and s.cache is not None:
-                        await run_in_threadpool(s.cache.put, self.key, bytes(body))
+                        try:
+                            entry = await run_in_threadpool(cache_entry, self.fmt,
+                                                            s.sample_rate, encoder,
+                                                            bytes(body), sent)
+                        except Exception:  # noqa: BLE001 - the response is complete already
+                            log.exception("encoding the cached %s file failed", self.fmt)
+                        else:
+                            await run_in_threadpool(s.cache.put, self.key, entry)
                     return
             await self._fail(send, job, kind, value, gone, progress)
             return

@@ -2,7 +2,7 @@
 seed and speed, "Speak" playing the audio as it streams (Web Audio), voice cloning from an
 uploaded recording, an API-key field and the request's timings.
 
-The page is three static files in ``cosyvino/server/web/`` (:data:`ASSETS`; no build step,
+The page is four static files in ``cosyvino/server/web/`` (:data:`ASSETS`; no build step,
 nothing loaded from elsewhere) served under ``/ui/``; ``/`` and ``/ui`` redirect there. The
 files are public even when the server has an API key: they hold no data, and the page sends
 the key the user types with its own API calls (``Authorization: Bearer``). Everything the page
@@ -28,6 +28,7 @@ ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 
 #: URL prefix of the page
@@ -64,7 +65,8 @@ def add_web_routes(app, state, config) -> None:
     """Register the web page's routes on ``app``: ``GET /`` and ``GET /ui`` redirect to
     ``/ui/`` (relative redirects, so a reverse proxy's path prefix is kept); ``GET /ui/`` is
     ``index.html``, ``GET /ui/<name>`` the other files of :data:`ASSETS` (with an ETag; a
-    matching ``If-None-Match`` gets 304). Not in the OpenAPI schema; no API key needed.
+    matching ``If-None-Match`` gets 304); ``GET /favicon.ico`` is ``favicon.svg`` (the page
+    itself links ``favicon.svg``). Not in the OpenAPI schema; no API key needed.
     Another name under ``/ui/`` is a 404 in the API's error shape.
 
     Args:
@@ -102,6 +104,12 @@ def add_web_routes(app, state, config) -> None:
     @app.api_route("/ui", methods=["GET", "HEAD"], include_in_schema=False)
     async def ui_no_slash():
         return RedirectResponse("ui/", status_code=307)
+
+    @app.api_route("/favicon.ico", methods=["GET", "HEAD"], include_in_schema=False)
+    async def favicon(request: Request):
+        # what a browser asks for on any page of this origin that names no icon (/docs,
+        # /ready, ...): the page's icon (SVG, which browsers take under any name), not a 404
+        return serve("favicon.svg", request)
 
     @app.api_route(PREFIX, methods=["GET", "HEAD"], include_in_schema=False)
     async def index(request: Request):

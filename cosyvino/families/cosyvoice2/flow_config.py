@@ -144,7 +144,9 @@ class _Args:
         value = self.get(key, default)
         try:
             number = _arith(value) if isinstance(value, str) else value
-            if isinstance(number, bool) or int(number) != number:
+            if isinstance(number, bool):  # yaml true/false is not a number
+                raise TypeError(value)
+            if int(number) != number:
                 raise ValueError(value)
             return int(number)
         except (TypeError, ValueError):
@@ -155,8 +157,8 @@ class _Args:
         value = self.get(key, default)
         try:
             number = _arith(value) if isinstance(value, str) else value
-            if isinstance(number, bool):
-                raise ValueError(value)
+            if isinstance(number, bool):  # yaml true/false is not a number
+                raise TypeError(value)
             return float(number)
         except (TypeError, ValueError):
             raise ConfigError(f"{self.path}: '{self._key(key)}' must be a number, got "

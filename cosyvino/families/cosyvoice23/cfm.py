@@ -9,7 +9,7 @@ implements). numpy only; a backend provides the estimator call.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -10,10 +10,13 @@
 // transcript), multipart, answered with raw int16 at the model rate, read with a ReadableStream.
 //
 // What the page measured is also kept in window.cosyvinoWeb (tests read it):
-//   runs, voices (ids), last = {endpoint, format, status ("running", "done", "error",
-//   "stopped"), chunks, bytes, samples, sampleSum (sum of the int16 values played, for
-//   pcm / wav / raw), sampleRate, firstChunkMs, playStartMs, totalMs, gaps,
-//   tokens, cache, error ({status, message, code, param}), stages}
+//   runs, voices (ids), key (null, "needed": the server wants an API key and none was typed,
+//   or "rejected": the typed one was refused), last = {endpoint, format, status ("running",
+//   "done", "error", "stopped"), chunks, bytes, samples, sampleSum (sum of the int16 values
+//   played, for pcm / wav / raw), sampleRate, firstChunkMs, playStartMs, totalMs, rtf
+//   (real-time factor: seconds of wall time per second of audio, totalMs / audio length;
+//   below 1 is faster than real time), gaps, tokens, cache, error ({status, message, code,
+//   param}), stages}
 "use strict";
 
 (() => {
@@ -32,7 +35,8 @@
                 wav: "audio/wav", pcm: "audio/wav"};
 
   const $ = (id) => document.getElementById(id);
-  const web = window.cosyvinoWeb = {runs: 0, voices: [], last: null};
+  const web = window.cosyvinoWeb = {runs: 0, voices: [], key: null, last: null};
+  let readyBody = null;  // the last /ready answer that said ready
   let audioCtx = null;
   let current = null;  // {controller, player}
   let downloadUrl = null;
@@ -56,6 +60,8 @@
     if (err.param) box.append(` (parameter: ${err.param})`);
     box.hidden = false;
     $("notice").hidden = true;
+    // the button that failed may be far down the page: bring the message into view
+    box.scrollIntoView({block: "nearest"});
   }
 
   function clearMessages() {
@@ -67,6 +73,7 @@
   function notice(text) {
     $("notice").textContent = text;
     $("notice").hidden = false;
+    $("notice").scrollIntoView({block: "nearest"});
   }
 
   // The OpenAI error body {"error": {message, type, param, code}} of a failed response, or
@@ -264,13 +271,22 @@
     $("stat-total").textContent = ms(rec.totalMs);
     const seconds = rec.sampleRate ? rec.samples / rec.sampleRate : 0;
     let audio = rec.sampleRate ? `${seconds.toFixed(2)} s (${rec.samples} samples at ${rec.sampleRate} Hz)` : "–";
-    if (seconds > 0 && rec.totalMs !== null) audio += `, ${(rec.totalMs / 1000 / seconds).toFixed(2)} × real time`;
+    rec.rtf = seconds > 0 && rec.totalMs !== null ? rec.totalMs / 1000 / seconds : null;
+    if (rec.rtf !== null) audio += `, ${rtfText(rec.rtf)}`;
     $("stat-audio").textContent = audio;
     $("stat-chunks").textContent = `${rec.chunks} (${rec.bytes} bytes)`;
     $("stat-gaps").textContent = String(rec.gaps);
     $("stat-tokens").textContent = rec.tokens === null ? "–" : String(rec.tokens);
     $("stat-cache").textContent = rec.cache || "–";
     document.body.dataset.state = rec.status;
+  }
+
+  // The real-time factor as the field writes it (RTF = processing time / audio duration) and
+  // what it means, so that 10.50 is not read as "ten times real time".
+  function rtfText(rtf) {
+    const how = rtf > 1 ? `${rtf.toFixed(1)}× slower than real time`
+      : rtf > 0 ? `${(1 / rtf).toFixed(1)}× faster than real time` : "";
+    return `RTF ${rtf.toFixed(2)}` + (how ? ` (${how})` : "");
   }
 
   function resetTables() {
@@ -405,6 +421,7 @@
       const resp = await send(controller.signal);
       if (!resp.ok) {
         rec.error = await readError(resp);
+        if (resp.status === 401) keyRefused();
         throw Object.assign(new Error(rec.error.message), {apiError: rec.error});
       }
       rec.cache = resp.headers.get("x-cosyvino-cache");
@@ -562,7 +579,11 @@
     try {
       const resp = await fetch(api("v1/audio/voices"), {method: "POST", body: form,
                                                           headers: authHeaders()});
-      if (!resp.ok) { showError(await readError(resp)); return; }
+      if (!resp.ok) {
+        if (resp.status === 401) keyRefused();
+        showError(await readError(resp));
+        return;
+      }
       const voice = await resp.json();
       await loadVoices(voice.id);
       const how = voice.prompt_text ? "zero-shot with its transcript" : "cross-lingual (no transcript)";
@@ -582,7 +603,11 @@
     try {
       const resp = await fetch(api("v1/audio/voices/" + encodeURIComponent(id)),
                                {method: "DELETE", headers: authHeaders()});
-      if (!resp.ok) { showError(await readError(resp)); return; }
+      if (!resp.ok) {
+        if (resp.status === 401) keyRefused();
+        showError(await readError(resp));
+        return;
+      }
       await loadVoices();
       notice(`deleted voice '${id}'`);
     } catch (e) {
@@ -602,7 +627,24 @@
       showError({status: null, message: describe(e)});
       return;
     }
+    if (resp.status === 401) {
+      const err = await readError(resp);
+      const typed = keyRefused();
+      picker.textContent = "";
+      const opt = document.createElement("option");
+      opt.value = "";
+      opt.textContent = typed ? "(API key rejected)" : "(API key needed)";
+      opt.disabled = true;
+      opt.selected = true;  // shown in the picker (a lone disabled option is not, otherwise)
+      picker.append(opt);
+      web.voices = [];
+      showError({...err, message: `${err.message}: this server needs its API key; type it ` +
+                 "in the API key field at the top of the page"});
+      $("api-key").focus();
+      return;
+    }
     if (!resp.ok) { showError(await readError(resp)); return; }
+    setKeyState(null);
     const body = await resp.json();
     const list = (Array.isArray(body.data) ? body.data : body.voices || [])
       .map((v) => (typeof v === "string" ? {id: v, name: v} : v))
@@ -626,6 +668,32 @@
     web.voices = list.map((v) => v.id);
   }
 
+  // What the header says about the API key: null (fine), "needed" (the server answered 401
+  // and no key is typed) or "rejected" (401 with the typed key).
+  function setKeyState(state) {
+    web.key = state;
+    $("api-key-label").classList.toggle("needed", state !== null);
+    $("api-key").setAttribute("aria-invalid", state === null ? "false" : "true");
+    renderReady();
+  }
+
+  // A 401: the header says whether the key is missing or wrong. Returns whether one is typed.
+  function keyRefused() {
+    const typed = $("api-key").value.trim() !== "";
+    setKeyState(typed ? "rejected" : "needed");
+    return typed;
+  }
+
+  function renderReady() {
+    if (!readyBody) return;
+    const status = $("server-status");
+    let text = `ready · ${readyBody.backend} · ${readyBody.sessions} session(s)`;
+    if (web.key === "needed") text += " · API key needed";
+    else if (web.key === "rejected") text += " · API key rejected";
+    status.textContent = text;
+    status.className = web.key === null ? "ok" : "warn";
+  }
+
   // GET /ready (public): shown in the header; polled until the model is loaded.
   async function checkReady() {
     let body = null;
@@ -639,9 +707,12 @@
     }
     const status = $("server-status");
     if (body.ready) {
-      status.textContent = `ready · ${body.backend} · ${body.sessions} session(s)`;
-      status.className = "ok";
-      loadVoices();
+      readyBody = body;
+      // "ready" is said once the voices answered: a server that wants a key says so instead
+      status.textContent = "ready · listing the voices…";
+      status.className = "muted";
+      await loadVoices();
+      if (web.key === null) renderReady();
       return;
     }
     status.textContent = body.error ? `model failed to load: ${body.error}`

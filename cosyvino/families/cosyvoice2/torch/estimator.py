@@ -8,8 +8,8 @@ identical math); the v2 blocks differ by causal k3 convolutions (left pad 2) and
 channels instead of GroupNorm. Module and parameter names equal upstream, so the
 ``decoder.estimator.*`` keys of ``flow.pt`` (prefix stripped) load strictly.
 
-Export notes: ``streaming`` is a constructor-independent Python flag chosen per graph (two
-graphs, or one per mode), never a tensor; every size is read from ``x``.
+Export notes: ``streaming`` is a Python flag fixed per exported graph (one graph per attention
+mode), never a tensor; every size is read from ``x`` (tests/test_cosyvoice2_flow_export.py).
 """
 
 from __future__ import annotations

@@ -42,22 +42,23 @@ class CausalMaskedDiffWithXvec(nn.Module):
         sheet §5.3 step 1)."""
         return self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
 
-    def encode(self, token: Tensor, finalize: bool = True, streaming: bool = False) -> Tensor:
-        """Speech tokens (prompt tokens first) -> ``encoder_proj`` output.
+    def encode(self, token: Tensor, context_token: Tensor | None = None,
+               streaming: bool = False) -> Tensor:
+        """Speech tokens (prompt tokens first) -> ``encoder_proj`` output (sheet §5.3 steps 2-4).
 
         Args:
-            token: int64 ``[1, N]`` ids in ``[0, vocab_size)`` (negatives clamped to 0, as
+            token: int64 ``[1, L]`` ids in ``[0, vocab_size)`` (negatives clamped to 0, as
                 upstream).
-            finalize: True = every token yields frames (zero look-ahead at the end); False = the
-                last ``pre_lookahead_len`` tokens are look-ahead context only (sheet §5.3 step 3).
+            context_token: ``None`` for a final call (zero look-ahead at the end), or int64
+                ``[1, pre_lookahead_len]``: the look-ahead tokens after ``token`` of a non-final
+                call, which produce no frames. A separate input rather than a slice of
+                ``token``, so an exported graph has a plain dynamic ``L`` (a derived ``N - 3``
+                makes torch.export guard on the rel-pos reshapes).
             streaming: chunk attention masks (sheet §5.2) instead of full attention.
         Returns:
-            float32 ``[1, token_mel_ratio * L, output_size]`` (time-major), ``L = N`` or
-            ``N - pre_lookahead_len``.
+            float32 ``[1, token_mel_ratio * L, output_size]`` (time-major).
         """
         x = self.input_embedding(torch.clamp(token, min=0))
-        context = None
-        if not finalize:
-            k = self.cfg.pre_lookahead_len
-            x, context = x[:, :-k], x[:, -k:]
+        context = (None if context_token is None
+                   else self.input_embedding(torch.clamp(context_token, min=0)))
         return self.encoder_proj(self.encoder(x, context, streaming))

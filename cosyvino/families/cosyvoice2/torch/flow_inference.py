@@ -55,7 +55,10 @@ def flow_mu(flow: CausalMaskedDiffWithXvec, token, prompt_token=None, *, finaliz
     if all_tok.shape[1] < need:
         raise InputError(f"the flow needs at least {need} tokens (prompt included) for a "
                          f"{'final' if finalize else 'non-final'} call, got {all_tok.shape[1]}")
-    return flow.encode(all_tok, finalize=finalize, streaming=streaming).numpy()
+    if finalize:
+        return flow.encode(all_tok, streaming=streaming).numpy()
+    k = cfg.pre_lookahead_len
+    return flow.encode(all_tok[:, :-k], all_tok[:, -k:], streaming=streaming).numpy()
 
 
 def flow_inference(flow: CausalMaskedDiffWithXvec, token, embedding, noise_table: np.ndarray, *,

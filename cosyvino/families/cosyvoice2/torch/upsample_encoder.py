@@ -10,8 +10,6 @@ Python branch on tensor values. Depends on torch and the modules named above.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -77,7 +75,7 @@ class UpsampleConformerEncoder(nn.Module):
             x, _, _ = layer(x, pos, mask)
         return x
 
-    def forward(self, xs: Tensor, context: Optional[Tensor] = None,
+    def forward(self, xs: Tensor, context: Tensor | None = None,
                 streaming: bool = False) -> Tensor:
         """Encode embedded tokens.
 

@@ -8,14 +8,12 @@ counted from frame 0 of the sequence (prompt included), never offset. Depends on
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 Tensor = torch.Tensor
 
 
-def chunk_mask(length: int, chunk: int, device: Optional[torch.device] = None) -> Tensor:
+def chunk_mask(length: int, chunk: int, device: torch.device | None = None) -> Tensor:
     """Query ``i`` may see key ``j`` iff ``j < (i // chunk + 1) * chunk``: full attention inside
     the query's chunk and to every earlier chunk.
 

@@ -7,8 +7,6 @@ Upstream ``PreLookaheadLayer`` (``cosyvoice/transformer/upsample_encoder.py``); 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -36,7 +34,7 @@ class PreLookaheadLayer(nn.Module):
         self.conv1 = nn.Conv1d(in_channels, channels, lookahead + 1)
         self.conv2 = nn.Conv1d(channels, in_channels, 3)
 
-    def forward(self, x: Tensor, context: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, context: Tensor | None = None) -> Tensor:
         """Args:
             x: float ``[B, L, in_channels]`` (time-major).
             context: ``None`` (final call: zero look-ahead), or float
