@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from ..engine import RequestHandle, Scheduler
 from ..engine.scheduler import CHUNK, DONE
-from ..errors import SynthesisCancelled
+from ..errors import InputError, SynthesisCancelled
 from ..request import SynthesisRequest
 
 log = logging.getLogger("cosyvino.server")
@@ -442,9 +442,7 @@ class SynthesisPool:
                             if got == 1 else "the backend's max_estimator_batch")
             if self.config.warmup:
                 start = time.perf_counter()
-                s = self.synths[0]
-                if s.speakers:  # a model without built-in speakers has no voice to warm up
-                    s.synthesize("Hello.", s.speakers[0], seed=0, num_speech_tokens=4)
+                if warm_up(self.synths[0]):
                     log.info("warm-up synthesis %.2f s", time.perf_counter() - start)
             self.ready.set()
         except BaseException as e:  # noqa: BLE001 - reported by /ready and every request
@@ -895,6 +893,24 @@ class Job:
             return get.result()
         get.cancel()
         return ("stopped", None) if stopped in done else ("timeout", None)
+
+
+def warm_up(synth) -> bool:
+    """One short synthesis (4 speech tokens) with the first of the model's own voices that one
+    of its modes takes alone (an SFT speaker; CosyVoice2 without SFT speakers: a spk2info
+    prompt voice, zero-shot); False when there is none (a model without built-in voices, or
+    whose modes take none of them on its own), then nothing runs. Raises what a synthesis
+    raises for any other reason (a broken model fails at start, not on the first request)."""
+    voices = getattr(synth, "voices", None)  # stand-ins (tests) may list speakers only
+    names = list(synth.speakers) if voices is None else \
+        [n for n, v in voices.items() if v.builtin]
+    for name in names:
+        try:
+            synth.synthesize("Hello.", name, seed=0, num_speech_tokens=4)
+        except InputError:  # no mode of this model takes that voice alone: the next one
+            continue
+        return True
+    return False
 
 
 def token_rate(synth) -> float:
