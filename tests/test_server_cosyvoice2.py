@@ -353,3 +353,26 @@ def test_admission_uses_the_models_token_rate(server, tts):
     assert pool.estimator.speech_seconds(req, segments=2) == pytest.approx(2 * TOKENS / 25)
     # a stand-in without a model rate keeps v1's
     assert token_rate(object()) == TOKENS_PER_SECOND == 50.0
+
+
+# ---- the same server code on a CosyVoice v1 model --------------------------------------------
+def test_a_v1_model_keeps_its_rate_and_refuses_instruct2(tiny_model_dir):
+    t = Synthesizer(tiny_model_dir, backend="torch", num_threads=1, voices_dir=False)
+    s = RunningServer(ServerConfig(num_speech_tokens=TOKENS, request_timeout=120,
+                                   cache_memory_mb=0), [t])
+    try:
+        model = httpx.get(s.url + "/v1/models", timeout=30).json()["data"][0]
+        assert (model["family"], model["sample_rate"], model["instruction_mode"]) == \
+            ("cosyvoice1", 22050, None)
+        assert s.state.pool.estimator.tokens_per_second == 50.0 == t.speech_token_rate
+        r = post(s, "/inference_sft", {"tts_text": TEXT, "spk_id": t.speakers[0], "seed": "1"})
+        assert r.status_code == 200 and r.headers["x-sample-rate"] == "22050"
+        assert speech(s, response_format="pcm", seed=1).headers["x-sample-rate"] == "24000"
+        assert_error(post(s, "/inference_instruct2", {"tts_text": TEXT, "instruct_text": "x",
+                                                      "spk_id": t.speakers[0]}),
+                     400, None, "unsupported_mode",
+                     ["mode 'instruct2' is not supported", "cosyvoice1 family has no mode"])
+        assert_error(speech(s, instructions="calm"), 400, "instructions", "unsupported_mode")
+    finally:
+        s.stop()
+        t.close()
