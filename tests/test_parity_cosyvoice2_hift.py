@@ -391,3 +391,36 @@ def test_source_stage_is_a_module_of_the_generator(golden_dir):
     stage = _model(golden_dir).source_stage()
     assert isinstance(stage, SineGen2SourceStage)
     assert stage.m_source is _model(golden_dir).m_source
+
+
+# ---------------------------------------------------------------- export friendliness
+
+
+def test_stages_export_for_two_lengths(golden_dir):
+    """Each v2 stage exports with a dynamic frame count T (torch.export); the program traced
+    at T=12 reproduces eager outputs at T=12 and T=29 (voiced f0, so the sines are exercised)."""
+    from torch.export import Dim, export
+
+    model = _model(golden_dir)
+    hop = model.cfg.hop_length
+    gen = torch.Generator().manual_seed(5)
+    T = Dim("T", min=2, max=1 << 14)
+    mels = [torch.randn(1, 80, t, generator=gen) for t in (12, 29)]
+    srcs = [torch.rand(1, 1, hop * t, generator=gen) * 0.6 - 0.3 for t in (12, 29)]
+    noises = [torch.from_numpy(draw_sine_noise(np.random.default_rng(t), t)) for t in (12, 29)]
+    f0s = [torch.rand(1, t, generator=gen) * 300.0 for t in (12, 29)]
+    with torch.no_grad():
+        f0_stage = model.f0_stage().eval()
+        dec_stage = model.decode_stage().eval()
+        src_stage = model.source_stage().eval()
+        f0_ep = export(f0_stage, (mels[0],), dynamic_shapes=({2: T},)).module()
+        dec_ep = export(dec_stage, (mels[0], srcs[0]),
+                        dynamic_shapes=({2: T}, {2: hop * T})).module()
+        src_ep = export(src_stage, (f0s[0], noises[0]),
+                        dynamic_shapes=({1: T}, {2: hop * T})).module()
+        for mel, src, noise, f0 in zip(mels, srcs, noises, f0s):
+            assert torch.allclose(f0_ep(mel), f0_stage(mel), atol=1e-6)
+            out = dec_ep(mel, src)
+            assert out.shape == (1, src.shape[-1])
+            assert torch.allclose(out, dec_stage(mel, src), atol=1e-6)
+            assert torch.allclose(src_ep(f0, noise), src_stage(f0, noise), atol=1e-6)

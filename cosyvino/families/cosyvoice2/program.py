@@ -255,7 +255,7 @@ class CosyVoice2Program(Program):
             self._streams[segment] = stream
         mel = stream.flow(tokens, hop.start, hop.finalize, before_step=self.check_cancelled,
                           times=times)
-        self._hop = (segment, hop, tokens, times, stream.vocoder_input(mel))
+        self._hop = (segment, hop, tokens, times, mel)
 
     def _vocoder(self) -> Audio:
         segment, hop, tokens, times, mel = self._hop

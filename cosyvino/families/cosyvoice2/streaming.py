@@ -20,55 +20,36 @@ seed's audio independent of what ran before.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..cosyvoice1.streaming import Hop, SegmentHops
+from .official_stream import StreamConstants, TokenHopSchedule
 
-
-@dataclass(frozen=True)
-class StreamConstants2:
-    """Upstream ``CosyVoice2Model`` streaming constants (sheet v2 §7.2)."""
-
-    token_hop_len: int = 25
-    token_max_hop_len: int = 100
-    stream_scale_factor: int = 2
-    pre_lookahead_len: int = 3
-    mel_cache_len: int = 8
-    source_cache_len: int = 3840
-
-
-#: the official constants
-OFFICIAL = StreamConstants2()
+#: the official constants (sheet v2 §7.2)
+OFFICIAL = StreamConstants()
 
 
 class TokenHops2:
-    """The v2 hop policy of one segment: ``due(n_tokens, finished)`` returns the hops that are
-    due, each once. A hop is :class:`~..cosyvoice1.streaming.Hop` ``(start, stop, finalize)``:
-    ``start`` = the token offset of its new frames, ``stop`` = the tokens the flow sees
-    (``tokens[0:stop]``: from token 0, the last ``pre_lookahead_len`` of a non-final hop are
-    look-ahead only); the final hop has ``stop`` = all tokens."""
+    """The v2 hop policy of one segment over :class:`~.official_stream.TokenHopSchedule`:
+    ``due(n_tokens, finished)`` returns the hops that are due, each once, as
+    :class:`~..cosyvoice1.streaming.Hop` ``(start, stop, finalize)``: ``start`` = the token
+    offset of its new frames, ``stop`` = the tokens the flow sees (``tokens[0:stop]``: from
+    token 0; the last ``pre_lookahead_len`` of a non-final hop are look-ahead only); the final
+    hop has ``stop`` = all tokens."""
 
-    def __init__(self, name: str, prompt_tokens: int, constants: StreamConstants2 = OFFICIAL):
+    def __init__(self, name: str, prompt_tokens: int, constants: StreamConstants = OFFICIAL):
         self.name = name
         self.constants = constants
-        c = constants
-        self.pad = -(-prompt_tokens // c.token_hop_len) * c.token_hop_len - prompt_tokens
-        self.offset = 0
-        self.hop_len = c.token_hop_len
+        self.schedule = TokenHopSchedule(prompt_tokens, constants)
         self.done = False
 
     def due(self, n_tokens: int, finished: bool) -> list[Hop]:
-        c = self.constants
         out = []
-        while not self.done:
-            hop = self.hop_len + (self.pad if self.offset == 0 else 0)
-            if n_tokens - self.offset < hop + c.pre_lookahead_len:
-                break
-            out.append(Hop(self.offset, self.offset + hop + c.pre_lookahead_len, False))
-            self.offset += hop
-            self.hop_len = min(c.token_max_hop_len, self.hop_len * c.stream_scale_factor)
-        if finished and not self.done:
-            out.append(Hop(self.offset, n_tokens, True))
+        if self.done:
+            return out
+        while (call := self.schedule.next_call(n_tokens)) is not None:
+            out.append(Hop(call.token_offset, call.n_tokens, False))
+        if finished:
+            call = self.schedule.final_call(n_tokens)
+            out.append(Hop(call.token_offset, call.n_tokens, True))
             self.done = True
         return out
 

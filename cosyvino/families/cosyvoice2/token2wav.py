@@ -10,11 +10,10 @@ Per hop ``(start, stop, finalize)`` of a segment:
   Euler + CFG from columns ``0..M-1`` of the fixed noise table (no random draw), prompt frames
   cut, then only the new frames ``[2 start, ...)`` kept (upstream ``token2wav``'s
   ``[:, :, 2·offset:]``). The whole-segment computation is the final hop with ``start`` 0.
-* vocoder: the last 8 mel frames of the previous call are prepended, f0 and the SineGen2 source
-  computed over all frames, the source's first 3840 samples overwritten by the previous call's
-  last ones (given BEFORE that overwrite: the noise draw is fresh), decode; the first 3840 output
-  samples are cross-faded with the previous call's held-back tail (``numpy.hamming(7680)``); a
-  non-final call holds back its last 3840 samples and keeps the caches.
+* vocoder: f0 and the SineGen2 source over the cached 8 frames + the new ones, the Gaussian
+  noise drawn at the call's output-sample position on the segment, then
+  :class:`~.official_stream.VocoderStream` (source overwrite, decode, Hamming cross-fade,
+  held-back tail).
 """
 
 from __future__ import annotations
@@ -27,10 +26,10 @@ import numpy as np
 from cosyvino.errors import InputError
 from cosyvino.timing import StageTimes
 
-from ..cosyvoice1.official_stream import fade_in_out
 from ..cosyvoice1.pipeline import linear_resize_time
 from ..cosyvoice23.cfm import solve_fixed_noise
-from .streaming import OFFICIAL, StreamConstants2
+from .official_stream import StreamConstants, VocoderStream
+from .streaming import OFFICIAL
 
 
 class Token2Wav:
@@ -43,7 +42,7 @@ class Token2Wav:
 
     def __init__(self, stages, embedding: np.ndarray, *, prompt_token=None, prompt_feat=None,
                  n_timesteps: int | None = None, speed: float = 1.0,
-                 constants: StreamConstants2 = OFFICIAL):
+                 constants: StreamConstants = OFFICIAL):
         self.stages = stages
         cfg = stages.config
         self.cfg = cfg
@@ -56,8 +55,7 @@ class Token2Wav:
         self.n_timesteps = n_timesteps or cfg.flow.cfm.n_timesteps
         self.speed = float(speed)
         self.constants = constants
-        self.window = np.hamming(2 * constants.source_cache_len)
-        self.cache: dict[str, np.ndarray] | None = None
+        self.stream = VocoderStream(_StageVocoder(stages), constants)
         self.vocoder_frame = 0  # first mel frame of the next vocoder call on the segment
 
     # ---- flow ------------------------------------------------------------------------------
@@ -104,41 +102,40 @@ class Token2Wav:
         return mel
 
     # ---- vocoder ---------------------------------------------------------------------------
-    def vocoder_input(self, mel: np.ndarray) -> np.ndarray:
-        """The mel the next vocoder call decodes: the cached frames, then ``mel``."""
-        if self.cache is None:
-            return np.ascontiguousarray(mel, np.float32)
-        return np.ascontiguousarray(np.concatenate([self.cache["mel"], mel], axis=-1))
-
-    def vocoder(self, mel: np.ndarray, noise: Callable[[int, int], np.ndarray], finalize: bool,
-                before_decode: Callable[[], None] | None = None) -> np.ndarray:
-        """Decode ``mel`` (:meth:`vocoder_input`) and return the samples this hop emits, float32
-        [n]. ``noise(start_sample, samples)`` gives the SineGen2 Gaussian draw float32
+    def vocoder(self, new_mel: np.ndarray, noise: Callable[[int, int], np.ndarray],
+                finalize: bool, before_decode: Callable[[], None] | None = None) -> np.ndarray:
+        """Vocode a hop's new mel frames (:meth:`flow`) and return the samples it emits,
+        float32 [n]. ``noise(start_sample, samples)`` gives the SineGen2 Gaussian draw float32
         [1, 9, samples] for the call's samples on the segment's sample line."""
-        c = self.constants
         hop = self.cfg.samples_per_frame
+        mel = self.stream.vocoder_mel(new_mel)
         n = mel.shape[-1]
         f0 = self.stages.vocoder_f0(mel)
-        source = np.array(self.stages.vocoder_source(f0, noise(hop * self.vocoder_frame,
-                                                               hop * n)),
-                          dtype=np.float32, copy=True).reshape(1, 1, -1)
-        if self.cache is not None:
-            cached = self.cache["source"]
-            source[..., :cached.shape[-1]] = cached
+        source = self.stages.vocoder_source(f0, noise(hop * self.vocoder_frame, hop * n))
         if before_decode is not None:
             before_decode()
-        wav = np.asarray(self.stages.vocoder_decode(mel, source), np.float32).reshape(1, -1)
-        if self.cache is not None:
-            wav = fade_in_out(wav, self.cache["speech"], self.window)
-        if finalize:
-            self.cache = None
-            return wav.reshape(-1)
-        keep = c.source_cache_len
-        self.cache = {"mel": np.ascontiguousarray(mel[..., -c.mel_cache_len:]),
-                      "source": np.ascontiguousarray(source[..., -keep:]),
-                      "speech": np.ascontiguousarray(wav[:, -keep:])}
-        self.vocoder_frame += n - c.mel_cache_len
-        return np.ascontiguousarray(wav[0, :-keep])
+        wav = self.stream.hop(new_mel, finalize, source=source)
+        if not finalize:
+            self.vocoder_frame += n - self.constants.mel_cache_len
+        return wav
+
+
+class _StageVocoder:
+    """The stages' vocoder calls as :class:`~.official_stream.Vocoder`."""
+
+    def __init__(self, stages):
+        self.stages = stages
+        self.hop_length = stages.config.samples_per_frame
+        self.nb_harmonics = stages.config.hift.nb_harmonics
+
+    def f0(self, mel):
+        return self.stages.vocoder_f0(mel)
+
+    def source(self, f0, noise):
+        return self.stages.vocoder_source(f0, noise)
+
+    def decode(self, mel, source):
+        return self.stages.vocoder_decode(mel, source)
 
 
 __all__ = ["Token2Wav"]
