@@ -46,6 +46,13 @@ class EmptyTextError(InputError):
     """The text has nothing to speak (empty, whitespace, punctuation/emoji/control only)."""
 
 
+class PromptModelsUnavailableError(InputError):
+    """The model cannot turn a recording (``prompt_audio`` / ``source_audio``) into a voice or
+    speech tokens here: its prompt models are missing, or cosyvino does not run them for its
+    family yet. The message names the files and what to use instead (a registered voice or one
+    of the model's own voices). Maps to HTTP 400 naming the recording's field."""
+
+
 class UnknownSpeakerError(InputError, KeyError):
     """No voice of this name: not a built-in speaker of the model (``spk2info.pt``) nor a
     registered voice.

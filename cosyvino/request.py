@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .errors import InputError, UnknownSpeakerError
+from .errors import InputError, PromptModelsUnavailableError, UnknownSpeakerError
 from .voices import Voice
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
@@ -155,8 +155,8 @@ class SynthesisRequest:
         # the expensive part, once per request: prompt bundle, source tokens
         if self.prompt_audio is not None or self.source_audio is not None:
             if prompts is None:
-                raise InputError("this model has no prompt models: prompt_audio / source_audio "
-                                 "cannot be used")
+                raise PromptModelsUnavailableError("this model has no prompt models: "
+                                                   "prompt_audio / source_audio cannot be used")
         if self.prompt_audio is not None:
             voice = prompts.voice(self.prompt_audio, name="<prompt>",
                                   prompt_text=self.prompt_text)

@@ -274,8 +274,15 @@ class Synthesizer:
 
     @property
     def sample_rate(self) -> int:
-        """Output sample rate in Hz (22050 for CosyVoice v1)."""
+        """Output sample rate in Hz (22050 for CosyVoice v1, 24000 for CosyVoice2)."""
         return self.config.sample_rate
+
+    @property
+    def speech_token_rate(self) -> float | None:
+        """Speech tokens per second of speech at speed 1 (50 for CosyVoice v1, 25 for
+        CosyVoice2; :meth:`ModelFamily.speech_token_rate`); None when the family does not
+        say."""
+        return self.family.speech_token_rate(self.config)
 
     @property
     def modes(self) -> list[str]:

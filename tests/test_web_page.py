@@ -10,7 +10,9 @@ message, in view at a laptop's window size (1366x768) wherever the button was; w
 key the header says it is needed (not a green "ready"); a recording uploaded on the page
 registers a voice, speaks once with it (zero-shot, raw stream) and the registered voice is
 deleted again; the real-time factor reads as RTF, faster or slower; a load logs no console
-error (no favicon.ico 404).
+error (no favicon.ico 404). On a CosyVoice2 model (tiny-c): the page shows its family, 24 kHz
+and modes, groups its spk2info prompt voices, plays wav at 24 kHz, and its Instructions field
+(shown only for a model with an instruction mode) runs instruct2.
 
 The browser tests need Chromium and its driver (Debian: ``apt-get install chromium
 chromium-driver``) and selenium (the ``dev`` extra); they are skipped without them, and fail
@@ -602,3 +604,78 @@ def test_real_time_factor_says_faster_or_slower(browser, server):
     assert want < 1 and rec["rtf"] == pytest.approx(want)
     assert (how, rtf, factor) == ("faster", pytest.approx(want, abs=0.0051),
                                   pytest.approx(1 / want, abs=0.051))
+
+
+# ---- a CosyVoice2 model (issue 35 item 7) ----------------------------------------------------
+@pytest.fixture(scope="module")
+def v2_server(browser):
+    from cosyvino import Synthesizer
+    from conftest import TINY_C
+    from server_harness import RunningServer
+
+    pytest.importorskip("torch")
+    t = Synthesizer(str(TINY_C), backend="torch", num_threads=1, voices_dir=False)
+    s = RunningServer(ServerConfig(num_speech_tokens=TOKENS, request_timeout=60,
+                                   cache_memory_mb=0, api_key=KEY), [t])
+    yield s
+    s.stop()
+    t.close()
+
+
+def _model_shown(driver) -> str:
+    _wait(driver, lambda d: _js(d, "window.cosyvinoWeb.model") is not None)
+    el = driver.find_element("id", "model-info")
+    assert el.is_displayed()
+    return el.text
+
+
+def test_a_cosyvoice2_model_shows_its_voices_and_modes_and_plays_24k(browser, server,
+                                                                      v2_server):
+    # v1 (tiny base model): 22050 Hz, no instruction mode, so no Instructions field
+    _open(browser, server)
+    assert "22050 Hz" in _model_shown(browser)
+    assert not browser.find_element("id", "instructions").is_displayed()
+
+    _open(browser, v2_server)
+    shown = _model_shown(browser)
+    assert "cosyvoice2" in shown and "24000 Hz" in shown
+    assert "modes: zero_shot, cross_lingual, vc, instruct2, sft" in shown
+    assert _js(browser, "window.cosyvinoWeb.voices") == _server_voices(v2_server) \
+        == ["中文女", "alice", "bob"]
+    groups = browser.find_element("id", "voice").find_elements("tag name", "optgroup")
+    assert [(g.get_attribute("label"),
+             [o.get_attribute("value") for o in g.find_elements("tag name", "option")])
+            for g in groups] == [("built-in speakers", ["中文女"]),
+                                 ("built-in prompt voices", ["alice", "bob"])]
+    assert browser.find_element("id", "instructions").is_displayed()
+
+    # wav streams at the model's 24 kHz; the samples played are those of the whole response
+    text = "Hello from a CosyVoice2 model."
+    _set(browser, "text", text)
+    _select(browser, "voice", "alice")
+    _select(browser, "format", "wav")
+    _set(browser, "seed", "3")
+    _set(browser, "speed", "1")
+    _set(browser, "instructions", "")
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done", rec
+    import soundfile as sf
+
+    body = {"input": text, "voice": "alice", "response_format": "wav", "seed": 3}
+    samples, rate = sf.read(io.BytesIO(_audio_request(v2_server, body).content), dtype="int16")
+    assert rate == rec["sampleRate"] == 24000
+    assert rec["samples"] == samples.shape[0]
+    assert rec["sampleSum"] == int(samples.astype(np.int64).sum())
+
+    # with instructions: the model's instruct2 mode, as the API answers them
+    _set(browser, "instructions", "用四川话说这句话")
+    _select(browser, "format", "pcm")
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done", rec
+    want = np.frombuffer(_audio_request(v2_server, {
+        **body, "response_format": "pcm", "instructions": "用四川话说这句话"}).content, "<i2")
+    plain = np.frombuffer(_audio_request(v2_server, {**body, "response_format": "pcm"}).content,
+                          "<i2")
+    assert rec["sampleRate"] == 24000 and rec["samples"] == want.shape[0]
+    assert rec["sampleSum"] == int(want.astype(np.int64).sum())
+    assert not np.array_equal(want, plain)

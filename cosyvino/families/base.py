@@ -394,6 +394,15 @@ class ModelFamily(abc.ABC):
         return None
 
     @classmethod
+    def speech_token_rate(cls, config) -> float | None:
+        """Speech tokens per second of speech at speed 1 (CosyVoice v1: 50, sheet v1 §2;
+        CosyVoice2: 25, sheet v2 §2), e.g. for the server's work estimates; None = unknown.
+        Default: the flow's ``input_frame_rate`` (the rate its length regulation reads tokens
+        at, in both CosyVoice yamls) when the config has one."""
+        rate = getattr(getattr(config, "flow", None), "input_frame_rate", None)
+        return None if rate is None else float(rate)
+
+    @classmethod
     def decode_profile(cls, config) -> "DecodeProfile | None":
         """What one autoregressive decode step of the family's LLM touches per generated token
         (:class:`DecodeProfile`), for the planner's batch-size estimate

@@ -2,7 +2,9 @@
 there before the first byte goes out, write one complete file (the joins between text segments
 are :func:`cosyvino.audio.smooth_join`, re-exported here).
 
-Every encoder takes float32 chunks at the model rate (22050 Hz) in order. Two cases
+Every encoder takes float32 chunks at the model rate (the loaded model's
+``Synthesizer.sample_rate``: 22050 Hz for CosyVoice v1, 24000 Hz for CosyVoice2) in order;
+:func:`wire_rate` says the rate of what a format sends. Two cases
 (docs/server.md, "Complete files and streams"):
 
 * **complete file**: the first chunk fed is also the last (``feed(x, last=True)`` first, or
@@ -420,6 +422,24 @@ def _skip_samples(packet) -> tuple[int, int]:
         return 0, 0
     start, end = struct.unpack_from("<II", bytes(side))
     return start, end
+
+
+def wire_rate(fmt: str, sample_rate: int) -> int:
+    """Hz of the audio a response in ``fmt`` carries for a model at ``sample_rate`` Hz (what
+    the ``X-Sample-Rate`` header says): :data:`PCM_RATE` for ``pcm``, :data:`OPUS_RATE` for
+    ``opus``, the model rate for ``raw``, ``wav``, ``flac``, ``mp3`` and ``aac`` (module
+    docstring).
+
+    Raises:
+        ValueError: unknown format.
+    """
+    if fmt == "pcm":
+        return PCM_RATE
+    if fmt in ("raw", "wav"):
+        return sample_rate
+    if fmt in AV_FORMATS:
+        return AV_FORMATS[fmt].rate or sample_rate
+    raise ValueError(f"unknown format {fmt!r}")
 
 
 def make_encoder(fmt: str, sample_rate: int) -> StreamEncoder:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 
-from ..errors import EmptyTextError, InputError, UnknownSpeakerError
+from ..errors import (EmptyTextError, InputError, PromptModelsUnavailableError,
+                      UnknownSpeakerError)
 from .pool import Busy, NotReady, TooLong
 
 
@@ -71,15 +72,18 @@ def audio_message(message: str, field: str) -> str:
 
 
 def input_error(e: InputError, text_param: str, voice_param: str,
-                fields: dict | None = None) -> APIError:
+                fields: dict | None = None, recording: str = "prompt_audio") -> APIError:
     """400 for a request the engine rejected; ``text_param`` / ``voice_param`` are the
     endpoint's names of the text and voice fields (``input``/``voice`` or
     ``tts_text``/``spk_id``), ``fields`` its names of the mode inputs (``prompt_audio``,
-    ``source_audio``, ``prompt_text``, ``instruction`` -> field name).
+    ``source_audio``, ``prompt_text``, ``instruction`` -> field name), ``recording`` the mode
+    input of the recording the request gave (``prompt_audio`` or ``source_audio``).
 
     Codes: ``unknown_voice``, ``empty_input``, ``invalid_audio`` (bad prompt / source
     recording: :class:`cosyvino.prompt_audio.PromptAudioError`, the message names the problem
-    and the limit), ``unsupported_mode`` (the model does not offer the mode asked for),
+    and the limit), ``prompt_models_unavailable`` (the model cannot turn a recording into a
+    voice here, :class:`cosyvino.errors.PromptModelsUnavailableError`; the param is the field
+    of ``recording``), ``unsupported_mode`` (the model does not offer the mode asked for),
     ``invalid_value``."""
     from ..prompt_audio import PromptAudioError
 
@@ -93,6 +97,9 @@ def input_error(e: InputError, text_param: str, voice_param: str,
         key = "source_audio" if msg.startswith("source audio") else "prompt_audio"
         field = fields.get(key, key)
         return APIError(400, audio_message(msg, field), param=field, code="invalid_audio")
+    if isinstance(e, PromptModelsUnavailableError):
+        return APIError(400, msg, param=fields.get(recording, recording),
+                        code="prompt_models_unavailable")
     if msg.startswith("mode ") and "is not supported by this model" in msg:
         return APIError(400, msg, code="unsupported_mode")
     # a mode input that is missing or not taken: the message starts with its library name,

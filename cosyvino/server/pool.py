@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from ..engine import RequestHandle, Scheduler
 from ..engine.scheduler import CHUNK, DONE
-from ..errors import SynthesisCancelled
+from ..errors import InputError, SynthesisCancelled
 from ..request import SynthesisRequest
 
 log = logging.getLogger("cosyvino.server")
@@ -104,8 +104,9 @@ class TooLong(Exception):
 #: Only the starting point: the ratio is then measured on completed requests.
 SPEECH_SECONDS_PER_UNIT = 0.22
 LETTER_UNITS = 0.35
-#: speech tokens per second of speech at speed 1 (``SynthesisRequest.num_speech_tokens``:
-#: 50 = 1 s): exact speech length of a request with forced token counts
+#: speech tokens per second of speech at speed 1 until the loaded model says its own rate
+#: (:attr:`cosyvino.Synthesizer.speech_token_rate`: CosyVoice v1 50, CosyVoice2 25): exact
+#: speech length of a request with forced token counts or given speech tokens
 TOKENS_PER_SECOND = 50.0
 #: prior wall seconds per second of speech (before anything was measured) and how many seconds
 #: of measured speech it weighs
@@ -180,8 +181,8 @@ class WorkEstimator:
     """Expected speech and wall seconds of requests, from rates measured online.
 
     * speech seconds (at speed 1) of a request: the speech tokens given (voice conversion: the
-      source's, forced count or not) over :data:`TOKENS_PER_SECOND`, ``segments *
-      num_speech_tokens /`` :data:`TOKENS_PER_SECOND` when the token count is forced, else
+      source's, forced count or not) over :attr:`tokens_per_second`, ``segments *
+      num_speech_tokens /`` :attr:`tokens_per_second` when the token count is forced, else
       ``text_units(text) *`` the measured speech seconds per unit (completed requests; prior
       :data:`SPEECH_SECONDS_PER_UNIT`);
     * current rate (:meth:`rtf_of`): wall seconds per speech second, observed on every chunk a
@@ -199,10 +200,14 @@ class WorkEstimator:
 
     Args:
         clock: seconds, monotonic (``time.perf_counter``; tests pass a fake one).
+        tokens_per_second: the model's speech tokens per second of speech (the pool sets the
+            loaded model's, :meth:`SynthesisPool.load`); default :data:`TOKENS_PER_SECOND`.
     """
 
-    def __init__(self, clock=time.perf_counter, half_life: float = HALF_LIFE_SECONDS):
+    def __init__(self, clock=time.perf_counter, half_life: float = HALF_LIFE_SECONDS,
+                 tokens_per_second: float = TOKENS_PER_SECOND):
         self.clock = clock
+        self.tokens_per_second = float(tokens_per_second)
         self._rtf = {k: _DecayingRatio(PRIOR_RTF, PRIOR_WEIGHT_SECONDS, half_life)
                      for k in KINDS}
         self._seen = {k: 0.0 for k in KINDS}
@@ -269,9 +274,9 @@ class WorkEstimator:
         # voice conversion: the source's tokens (a forced token count is for the LLM, which
         # vc does not run; the server sets one on every request with --num-speech-tokens)
         if request.speech_tokens is not None:
-            return request.speech_tokens.size / TOKENS_PER_SECOND
+            return request.speech_tokens.size / self.tokens_per_second
         if request.num_speech_tokens:
-            return max(1, segments) * request.num_speech_tokens / TOKENS_PER_SECOND
+            return max(1, segments) * request.num_speech_tokens / self.tokens_per_second
         return text_units(request.text) * self.speech_per_unit
 
     def observe_chunk(self, wall: float, speech_seconds: float, kind: str = "plain",
@@ -424,6 +429,7 @@ class SynthesisPool:
         try:
             if not self.synths:
                 self.synths = self._load_synthesizers()
+            self.estimator.tokens_per_second = token_rate(self.synths[0])
             # synthesizers from elsewhere (tests, wrappers) may not say: the scheduler default
             hold = getattr(self.synths[0], "first_chunk_hold", True)
             self.scheduler = Scheduler(self.engines(), name="cosyvino-synth",
@@ -436,9 +442,7 @@ class SynthesisPool:
                             if got == 1 else "the backend's max_estimator_batch")
             if self.config.warmup:
                 start = time.perf_counter()
-                s = self.synths[0]
-                if s.speakers:  # a model without built-in speakers has no voice to warm up
-                    s.synthesize("Hello.", s.speakers[0], seed=0, num_speech_tokens=4)
+                if warm_up(self.synths[0]):
                     log.info("warm-up synthesis %.2f s", time.perf_counter() - start)
             self.ready.set()
         except BaseException as e:  # noqa: BLE001 - reported by /ready and every request
@@ -622,6 +626,7 @@ class SynthesisPool:
                     "vc_rtf": round(est.rtf_of("vc"), 4),
                     "quiet_rtf": quiet,
                     "speech_seconds_per_unit": round(self.estimator.speech_per_unit, 4),
+                    "speech_tokens_per_second": est.tokens_per_second,
                     "measured_speech_seconds": round(self.estimator.measured_seconds, 2),
                     "backlog_seconds": round(min(self._lanes(now)), 2)}
 
@@ -888,6 +893,32 @@ class Job:
             return get.result()
         get.cancel()
         return ("stopped", None) if stopped in done else ("timeout", None)
+
+
+def warm_up(synth) -> bool:
+    """One short synthesis (4 speech tokens) with the first of the model's own voices that one
+    of its modes takes alone (an SFT speaker; CosyVoice2 without SFT speakers: a spk2info
+    prompt voice, zero-shot); False when there is none (a model without built-in voices, or
+    whose modes take none of them on its own), then nothing runs. Raises what a synthesis
+    raises for any other reason (a broken model fails at start, not on the first request)."""
+    voices = getattr(synth, "voices", None)  # stand-ins (tests) may list speakers only
+    names = list(synth.speakers) if voices is None else \
+        [n for n, v in voices.items() if v.builtin]
+    for name in names:
+        try:
+            synth.synthesize("Hello.", name, seed=0, num_speech_tokens=4)
+        except InputError:  # no mode of this model takes that voice alone: the next one
+            continue
+        return True
+    return False
+
+
+def token_rate(synth) -> float:
+    """Speech tokens per second of speech of ``synth``'s model
+    (:attr:`cosyvino.Synthesizer.speech_token_rate`), or :data:`TOKENS_PER_SECOND` for one
+    that does not say (a stand-in, a family without the rate)."""
+    rate = getattr(synth, "speech_token_rate", None)
+    return float(rate) if rate else TOKENS_PER_SECOND
 
 
 def load_synthesizers(config, model_dir: str) -> list:

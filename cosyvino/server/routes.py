@@ -1,8 +1,9 @@
 """The HTTP app: OpenAI-compatible ``/v1/audio/speech``, voice management
 (``/v1/audio/voices``) and model lists (``/v1/models``, ``/v1/audio/models``), the
 CosyVoice-compatible ``/inference_sft``, ``/inference_zero_shot``,
-``/inference_cross_lingual``, ``/inference_instruct`` and ``/inference_vc``, health/readiness
-and Prometheus metrics. See docs/server.md.
+``/inference_cross_lingual``, ``/inference_instruct`` (CosyVoice v1 Instruct models),
+``/inference_instruct2`` (CosyVoice2) and ``/inference_vc``, health/readiness and Prometheus
+metrics. See docs/server.md (its "CosyVoice2" section for a v2 model).
 
 A synthesis request goes: body -> :mod:`.schemas` (400) -> validation on the loaded model
 (:meth:`SynthesisPool.prepare`, 400) -> result cache (seeded requests) -> a place in the pool
@@ -37,9 +38,9 @@ from .errors import (APIError, busy_error, input_error, not_ready_error, too_lon
 from .logs import RequestIdMiddleware
 from .metrics import Metrics, MetricsMiddleware
 from .pool import Busy, NotReady, SynthesisPool, TooLong
-from .schemas import (CrossLingualForm, InstructForm, SftForm, SpeechParams, VcForm, VoiceForm,
-                      SpeechBody, ZeroShotForm, normalize_for_key, openapi_form_body,
-                      openapi_json_body, parse, parse_speech_request)
+from .schemas import (CrossLingualForm, Instruct2Form, InstructForm, SftForm, SpeechParams,
+                      VcForm, VoiceForm, SpeechBody, ZeroShotForm, normalize_for_key,
+                      openapi_form_body, openapi_json_body, parse, parse_speech_request)
 from .streaming import SynthesisResponse, cached_response
 
 log = logging.getLogger("cosyvino.server")
@@ -93,9 +94,9 @@ class AppState:
                                      disk_bytes=int(c.cache_disk_mb * 2**20))
 
     def aliases(self, synth) -> dict[str, str]:
-        """The voice alias table for ``synth`` (:mod:`.aliases`: defaults for its speakers,
-        then ``--voice-alias``)."""
-        return resolve_aliases(synth.speakers, self.config.voice_aliases)
+        """The voice alias table for ``synth`` (:mod:`.aliases`: defaults for its built-in
+        voices, then ``--voice-alias``)."""
+        return resolve_aliases(builtin_voice_names(synth), self.config.voice_aliases)
 
     def synth(self):
         """The loaded synthesizer, or APIError 503 ``not_ready``."""
@@ -263,7 +264,7 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
 
         app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                            allow_methods=["*"], allow_headers=["*"],
-                           expose_headers=["X-Request-ID", "Retry-After"])
+                           expose_headers=["X-Request-ID", "Retry-After", "X-Sample-Rate"])
     app.add_middleware(RequestIdMiddleware)
     _error_handlers(app)
 
@@ -294,7 +295,10 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             request, segments = await run_in_threadpool(state.pool.validate,
                                                         p.request(n_tokens))
         except InputError as e:
-            raise input_error(e, p.text_param, p.voice_param, dict(p.fields)) from None
+            # the recording the request gave, for a prompt-models error
+            recording = "prompt_audio" if p.prompt_audio is not None else "source_audio"
+            raise input_error(e, p.text_param, p.voice_param, dict(p.fields),
+                              recording) from None
         except NotReady as e:
             raise not_ready_error(e) from None
         except CosyvinoError as e:  # a stored voice that failed its checks, prompt models
@@ -311,7 +315,7 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             data = await run_in_threadpool(state.cache.get, key)
             if data is not None:
                 state.metrics.cache_hits.inc()
-                return cached_response(data, p.fmt, p.sse)
+                return cached_response(data, p.fmt, p.sse, synth.sample_rate)
             state.metrics.cache_misses.inc()
         try:
             state.pool.enter(request, segments, started)
@@ -329,18 +333,26 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         check_auth(request)
         body = json_body(await read_body(request, config.max_body_bytes))
         synth = state.synth()
-        p = parse_speech_request(body, synth.speakers[0] if synth.speakers else None)
+        p = parse_speech_request(body, None)
+        mode = None
+        if p.instruction is not None:
+            # the model's mode that takes an instruction (v1 Instruct: instruct; CosyVoice2:
+            # instruct2); never silently ignored on a model without one
+            mode = instruction_mode(synth)
+            if mode is None:
+                raise APIError(400, "'instructions' needs a model with a mode that follows "
+                               "instructions (an Instruct model, e.g. CosyVoice-300M-Instruct: "
+                               "'instruct'; CosyVoice2: 'instruct2'); this model's modes: "
+                               f"{', '.join(synth.modes)}", param="instructions",
+                               code="unsupported_mode")
+            p = dataclasses.replace(p, mode=mode.name)
+        if p.voice is None:
+            p = dataclasses.replace(p, voice=default_voice(synth, mode))
         aliases = state.aliases(synth)
         if p.voice in aliases:  # an OpenAI voice name, unless the model has that voice
             voice = apply_alias(p.voice, await run_in_threadpool(lambda: synth.voices),
                                 aliases)
             p = dataclasses.replace(p, voice=voice)
-        if p.instruction is not None and "instruct" not in synth.modes:
-            # never silently ignored: only an Instruct model follows instructions
-            raise APIError(400, "'instructions' needs an Instruct model (mode 'instruct', e.g. "
-                           f"CosyVoice-300M-Instruct); this model's modes: "
-                           f"{', '.join(synth.modes)}", param="instructions",
-                           code="unsupported_mode")
         return await start_synthesis(p)
 
     def model_objects() -> list[dict]:
@@ -349,10 +361,15 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         synth = state.synth()
         name = os.path.basename(os.path.normpath(synth.model_dir)) or "cosyvoice"
         created = int(state.started_at)
-        # "modes" (cosyvino extension): what this checkpoint can do (sft, zero_shot, ...);
-        # every id names the same loaded model
+        # cosyvino extensions (OpenAI clients ignore them): "modes", what this checkpoint can
+        # do (sft, zero_shot, ...); "instruction_mode", the one `instructions` selects (None:
+        # none); "family" and "sample_rate" (Hz of wav/flac/mp3/aac and of the raw PCM of
+        # the CosyVoice-compatible endpoints). Every id names the same loaded model.
+        mode = instruction_mode(synth)
+        info = {"modes": synth.modes, "instruction_mode": mode and mode.name,
+                "family": synth.family.name, "sample_rate": synth.sample_rate}
         return [{"id": mid, "object": "model", "created": created, "owned_by": "cosyvino",
-                 "modes": synth.modes} for mid in (name, *OPENAI_MODEL_ALIASES)]
+                 **info} for mid in (name, *OPENAI_MODEL_ALIASES)]
 
     @app.get("/v1/models")
     async def models(request: Request):
@@ -451,16 +468,23 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             limit = config.max_upload_bytes if uploads else config.max_body_bytes
             fields, files = await upload_fields(request, await read_body(request, limit))
             form = parse(form_cls, fields)
-            state.synth()  # 503 while loading, before anything else is read
-            return await start_synthesis(form.params(files))
+            synth = state.synth()  # 503 while loading, before anything else is read
+            p = form.params(files)
+            check_mode(synth, p.mode, path)
+            return await start_synthesis(p)
 
         endpoint.__name__ = path.strip("/")
         _get_and_post(app, path, endpoint, openapi_form_body(
             form_cls, files=uploads, required_files=uploads if required is None else required))
 
+    # the voice: prompt_wav, or spk_id naming a voice with a prompt (registered, spk2info.pt)
     cosyvoice_mode_endpoint("/inference_zero_shot", ZeroShotForm, ("prompt_wav",))
-    cosyvoice_mode_endpoint("/inference_cross_lingual", CrossLingualForm, ("prompt_wav",))
+    cosyvoice_mode_endpoint("/inference_cross_lingual", CrossLingualForm, ("prompt_wav",),
+                            required=())
     cosyvoice_mode_endpoint("/inference_instruct", InstructForm, ())
+    # CosyVoice2's instruction mode (the official v2 server's fields; spk_id: a voice instead)
+    cosyvoice_mode_endpoint("/inference_instruct2", Instruct2Form, ("prompt_wav",),
+                            required=())
     # the voice: prompt_wav, or spk_id naming a registered voice (checked by VcForm)
     cosyvoice_mode_endpoint("/inference_vc", VcForm, ("source_wav", "prompt_wav"),
                             required=("source_wav",))
@@ -513,14 +537,67 @@ def _get_and_post(app: FastAPI, path: str, endpoint, body_schema: dict) -> None:
                       "body (what the official CosyVoice client sends).")
 
 
+# ---- the model's modes and voices ------------------------------------------------------------
+def instruction_mode(synth):
+    """The mode of ``synth``'s model that takes an instruction
+    (:attr:`cosyvino.families.base.Mode.needs_instruction`: CosyVoice v1 Instruct models
+    ``instruct``, CosyVoice2 ``instruct2``), or None when it offers none."""
+    for mode in synth.engine.modes.values():
+        if mode.needs_instruction:
+            return mode
+    return None
+
+
+def builtin_voice_names(synth) -> list[str]:
+    """The model's own voices: built-in SFT speakers, then the prompt voices its family ships
+    (CosyVoice2: the zero-shot bundles of ``spk2info.pt``), in the order voices are listed."""
+    return [name for name, voice in synth.voices.items() if voice.builtin]
+
+
+def default_voice(synth, mode) -> str | None:
+    """The voice of a ``/v1/audio/speech`` request that names none: the model's first
+    built-in speaker; for a ``mode`` that needs a prompt voice (CosyVoice2 ``instruct2``) its
+    first built-in voice with a prompt; None when it has no such voice (the request then
+    needs one, and says so)."""
+    voices = synth.voices
+    if mode is not None and mode.needs_prompt_audio:
+        return next((n for n in builtin_voice_names(synth) if voices[n].has_prompt), None)
+    return synth.speakers[0] if synth.speakers else None
+
+
+def check_mode(synth, mode: str | None, endpoint: str) -> None:
+    """APIError 400 ``unsupported_mode`` when ``synth``'s model does not offer ``mode`` (the
+    mode ``endpoint`` runs): names the mode, why (the family's reason, or that the family has
+    no such mode) and, for an instruction endpoint, the one the model has."""
+    if mode is None or mode in synth.modes:
+        return
+    family = synth.family
+    why = family.mode_unavailable_reason(synth.model_dir, synth.stages, mode) \
+        if mode in family.modes else f"the {family.name} family has no mode {mode!r}"
+    hint = ""
+    other = instruction_mode(synth)
+    if other is not None and mode in ("instruct", "instruct2"):
+        hint = f"; this model takes instructions in mode {other.name!r} " \
+               f"(/inference_{other.name}, or 'instructions' of /v1/audio/speech)"
+    raise APIError(400, f"mode {mode!r} is not supported by this model "
+                   f"({why or 'not offered by this model'}){hint}; supported: "
+                   f"{', '.join(synth.modes)}", code="unsupported_mode")
+
+
 def _voice_object(synth, name: str) -> dict:
     """The voice object of ``/v1/audio/voices``: ``id`` (what ``voice`` takes), ``name``,
-    ``object`` ``"voice"``, ``builtin``, and for a registered voice ``prompt_text``,
-    ``prompt_seconds``, ``prompt_tokens``, ``created``, ``sha256``. Raises as
-    :meth:`Synthesizer.voice_info`."""
+    ``object`` ``"voice"``, ``builtin``; for a registered voice ``prompt_text``,
+    ``prompt_seconds``, ``prompt_tokens``, ``created``, ``sha256``; for a built-in voice with a
+    prompt (CosyVoice2 ``spk2info.pt``) ``has_prompt``, ``prompt_text``, ``prompt_seconds``,
+    ``prompt_tokens``. Raises as :meth:`Synthesizer.voice_info`."""
     info = synth.voice_info(name)
-    keys = ("builtin",) if info.get("builtin") else (
-        "builtin", "prompt_text", "prompt_seconds", "prompt_tokens", "created", "sha256")
+    if not info.get("builtin"):
+        keys = ("builtin", "prompt_text", "prompt_seconds", "prompt_tokens", "created",
+                "sha256")
+    elif info.get("has_prompt"):
+        keys = ("builtin", "has_prompt", "prompt_text", "prompt_seconds", "prompt_tokens")
+    else:
+        keys = ("builtin",)
     return {"id": name, "name": name, "object": "voice", **{k: info.get(k) for k in keys}}
 
 

@@ -1,7 +1,7 @@
 """Request bodies of the synthesis endpoints: the OpenAI ``/v1/audio/speech`` JSON body and the
-CosyVoice ``/inference_sft`` / ``_zero_shot`` / ``_cross_lingual`` / ``_instruct`` / ``_vc``
-fields, each a pydantic model, all turned into one :class:`SpeechParams`; and the fields of
-``POST /v1/audio/voices`` (:class:`VoiceForm`).
+CosyVoice ``/inference_sft`` / ``_zero_shot`` / ``_cross_lingual`` / ``_instruct`` /
+``_instruct2`` (CosyVoice2) / ``_vc`` fields, each a pydantic model, all turned into one
+:class:`SpeechParams`; and the fields of ``POST /v1/audio/voices`` (:class:`VoiceForm`).
 
 Every field check raises its own error (``code`` + message, as the API has always answered);
 :func:`parse` turns the first one, in field order, into an :class:`~.errors.APIError` (400).
@@ -252,7 +252,7 @@ class SpeechBody(BaseModel):
         return SpeechParams(self.input, voice, self.response_format,
                             float(self.speed), self.seed, self.stream_format,
                             hop_schedule=self.hop_schedule, instruction=instruction,
-                            fields=(("instruction", "instructions"),),
+                            fields=(("instruction", "instructions"), ("prompt_audio", "voice")),
                             n_timesteps=self.n_timesteps)
 
 
@@ -369,26 +369,54 @@ def _need_file(files: dict, name: str) -> bytes:
     return data
 
 
+def _target_voice(files: dict, spk_id: str | None) -> dict:
+    """The voice of a prompt endpoint: the file ``prompt_wav`` (upstream's field), or instead
+    (cosyvino extension) ``spk_id`` naming a voice with a prompt (a registered voice, or one
+    of a CosyVoice2 model's ``spk2info.pt`` voices). Returns the :class:`SpeechParams` fields
+    (``voice``, ``prompt_audio``).
+
+    Raises:
+        APIError: 400 ``missing_required_parameter`` without either, ``invalid_value`` with
+            both.
+    """
+    if spk_id is None:
+        return {"voice": None, "prompt_audio": _need_file(files, "prompt_wav")}
+    if files.get("prompt_wav") is not None:
+        raise APIError(400, "give the target voice as 'prompt_wav' or as 'spk_id' (a "
+                       "registered voice), not both", param="spk_id", code="invalid_value")
+    return {"voice": spk_id, "prompt_audio": None}
+
+
+#: ``spk_id`` of the prompt endpoints (extension): a voice with a prompt, instead of prompt_wav
+SpkId = Annotated[str, BeforeValidator(str)] | None
+
+
 class ZeroShotForm(_CosyVoiceForm):
-    """``/inference_zero_shot``: ``tts_text``, ``prompt_text`` and the file ``prompt_wav``."""
+    """``/inference_zero_shot``: ``tts_text``, ``prompt_text`` and the file ``prompt_wav`` (or
+    ``spk_id``, :func:`_target_voice`)."""
 
     tts_text: Annotated[str, BeforeValidator(_sft_text)]
     prompt_text: Annotated[str, _required("prompt_text")]
+    spk_id: SpkId = None
 
     def params(self, files: dict) -> SpeechParams:
-        return self._params(self.tts_text, None, mode="zero_shot",
-                            prompt_audio=_need_file(files, "prompt_wav"),
-                            prompt_text=self.prompt_text, fields=UPLOAD_FIELDS)
+        voice = _target_voice(files, self.spk_id)
+        return self._params(self.tts_text, voice["voice"], mode="zero_shot",
+                            prompt_audio=voice["prompt_audio"], prompt_text=self.prompt_text,
+                            fields=UPLOAD_FIELDS)
 
 
 class CrossLingualForm(_CosyVoiceForm):
-    """``/inference_cross_lingual``: ``tts_text`` and the file ``prompt_wav``."""
+    """``/inference_cross_lingual``: ``tts_text`` and the file ``prompt_wav`` (or ``spk_id``,
+    :func:`_target_voice`)."""
 
     tts_text: Annotated[str, BeforeValidator(_sft_text)]
+    spk_id: SpkId = None
 
     def params(self, files: dict) -> SpeechParams:
-        return self._params(self.tts_text, None, mode="cross_lingual",
-                            prompt_audio=_need_file(files, "prompt_wav"), fields=UPLOAD_FIELDS)
+        voice = _target_voice(files, self.spk_id)
+        return self._params(self.tts_text, voice["voice"], mode="cross_lingual",
+                            prompt_audio=voice["prompt_audio"], fields=UPLOAD_FIELDS)
 
 
 class InstructForm(_CosyVoiceForm):
@@ -404,6 +432,23 @@ class InstructForm(_CosyVoiceForm):
                             instruction=self.instruct_text, fields=UPLOAD_FIELDS)
 
 
+class Instruct2Form(_CosyVoiceForm):
+    """``/inference_instruct2`` (CosyVoice2; the official v2 server's fields, sheet v2 §7.1):
+    ``tts_text``, ``instruct_text`` (e.g. ``用四川话说这句话<|endofprompt|>``; the end marker is
+    appended when missing) and the file ``prompt_wav`` (the voice), or ``spk_id``
+    (:func:`_target_voice`)."""
+
+    tts_text: Annotated[str, BeforeValidator(_sft_text)]
+    instruct_text: Annotated[str, _required("instruct_text")]
+    spk_id: SpkId = None
+
+    def params(self, files: dict) -> SpeechParams:
+        voice = _target_voice(files, self.spk_id)
+        return self._params(self.tts_text, voice["voice"], mode="instruct2",
+                            prompt_audio=voice["prompt_audio"],
+                            instruction=self.instruct_text, fields=UPLOAD_FIELDS)
+
+
 class VcForm(_CosyVoiceForm):
     """``/inference_vc``: the file ``source_wav`` (what is said) and the voice: the file
     ``prompt_wav``, or (extension) ``spk_id`` naming a registered voice; no text.
@@ -412,19 +457,13 @@ class VcForm(_CosyVoiceForm):
     ``source_wav`` or without any voice, ``invalid_value`` with both ``prompt_wav`` and
     ``spk_id``."""
 
-    spk_id: Annotated[str, BeforeValidator(str)] | None = None
+    spk_id: SpkId = None
 
     def params(self, files: dict) -> SpeechParams:
         source = _need_file(files, "source_wav")
-        if self.spk_id is None:
-            return self._params("", None, mode="vc", source_audio=source,
-                                prompt_audio=_need_file(files, "prompt_wav"),
-                                fields=UPLOAD_FIELDS)
-        if files.get("prompt_wav") is not None:
-            raise APIError(400, "give the target voice as 'prompt_wav' or as 'spk_id' (a "
-                           "registered voice), not both", param="spk_id", code="invalid_value")
-        return self._params("", self.spk_id, mode="vc", source_audio=source,
-                            fields=UPLOAD_FIELDS)
+        voice = _target_voice(files, self.spk_id)
+        return self._params("", voice["voice"], mode="vc", source_audio=source,
+                            prompt_audio=voice["prompt_audio"], fields=UPLOAD_FIELDS)
 
 
 # ---- POST /v1/audio/voices -------------------------------------------------------------------

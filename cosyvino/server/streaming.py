@@ -25,7 +25,8 @@ from prometheus_client import Counter
 from starlette.concurrency import run_in_threadpool
 
 from ..request import SynthesisRequest
-from .encoding import CONTENT_TYPES, chunk_position, encode_file, make_encoder, smooth_join
+from .encoding import (CONTENT_TYPES, chunk_position, encode_file, make_encoder, smooth_join,
+                       wire_rate)
 from .errors import APIError, busy_error, not_ready_error, synthesis_error, timeout_error
 from .pool import Busy, NotReady
 from .schemas import SpeechParams
@@ -36,6 +37,10 @@ log = logging.getLogger("cosyvino.server")
 CUT_REASONS = ("timeout", "error", "shutdown", "cancelled")
 #: ASGI scope key set to the cut reason, for middleware that labels responses
 SCOPE_CUT_KEY = "cosyvino.cut"
+#: the response header giving the Hz of the audio in the body (:func:`~.encoding.wire_rate`;
+#: what a client of the headerless ``raw`` of the CosyVoice-compatible endpoints needs: 22050
+#: for CosyVoice v1, 24000 for CosyVoice2)
+SAMPLE_RATE_HEADER = "x-sample-rate"
 
 
 def streams_cut(metrics):
@@ -82,10 +87,10 @@ def sse_done(n_tokens: int, stages: dict | None = None) -> bytes:
     return sse_event(event)
 
 
-def cached_response(data: bytes, fmt: str, sse: bool) -> Response:
+def cached_response(data: bytes, fmt: str, sse: bool, sample_rate: int) -> Response:
     """A cache hit: the whole body at once (one delta event for SSE); ``data`` is a complete
-    file (:func:`cache_entry`)."""
-    headers = {"x-cosyvino-cache": "hit"}
+    file (:func:`cache_entry`) of a model at ``sample_rate`` Hz."""
+    headers = {"x-cosyvino-cache": "hit", SAMPLE_RATE_HEADER: str(wire_rate(fmt, sample_rate))}
     if not sse:
         return Response(data, media_type=media_type(fmt, False), headers=headers)
     return Response(sse_delta(data) + sse_done(0), media_type="text/event-stream",
@@ -223,6 +228,8 @@ class SynthesisResponse(Response):
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", media.encode()),
                                 (b"cache-control", b"no-store"),
+                                (SAMPLE_RATE_HEADER.encode(),
+                                 str(wire_rate(self.fmt, self.s.sample_rate)).encode()),
                                 (b"x-cosyvino-cache", b"miss" if self.key else b"off")]})
 
     async def _pump(self, send, job, deadline, gone, encoder, progress: "_Progress"):

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cosyvino.errors import EmptyTextError, InputError
+from cosyvino.errors import EmptyTextError, InputError, PromptModelsUnavailableError
 
 from ..base import Mode
 from ..cosyvoice1.modes import FlowConditioning
@@ -199,14 +199,14 @@ class UnavailablePromptEncoder:
             speech_vocab
 
     def _refuse(self):
-        raise InputError(prompt_models_reason(self.model_dir))
+        raise PromptModelsUnavailableError(prompt_models_reason(self.model_dir))
 
     def voice(self, audio, *, name: str, prompt_text: str | None = None):
-        """Raises InputError (always; see the class docstring)."""
+        """Raises PromptModelsUnavailableError (always; see the class docstring)."""
         self._refuse()
 
     def speech_tokens(self, audio):
-        """Raises InputError (always; see the class docstring)."""
+        """Raises PromptModelsUnavailableError (always; see the class docstring)."""
         self._refuse()
 
     def check_voice(self, voice) -> str | None:

@@ -7,10 +7,15 @@
 // scheduled on the Web Audio clock right after the previous one, so playback starts with the
 // first chunk. Compressed formats are collected and decoded by the browser when complete.
 // "Speak once with this recording": POST /inference_zero_shot (or _cross_lingual without a
-// transcript), multipart, answered with raw int16 at the model rate, read with a ReadableStream.
+// transcript), multipart, answered with raw int16 at the model rate (the X-Sample-Rate header:
+// 22050 Hz for CosyVoice v1, 24000 Hz for CosyVoice2), read with a ReadableStream.
+// GET /v1/models says the model's family, rate, modes and its instruction mode (CosyVoice v1
+// Instruct: instruct, CosyVoice2: instruct2): the Instructions field is shown only then.
 //
 // What the page measured is also kept in window.cosyvinoWeb (tests read it):
-//   runs, voices (ids), key (null, "needed": the server wants an API key and none was typed,
+//   runs, voices (ids), model (the /v1/models object: id, family, sample_rate, modes,
+//   instruction_mode; null before it answered), key (null, "needed": the server wants an API
+//   key and none was typed,
 //   or "rejected": the typed one was refused), last = {endpoint, format, status ("running",
 //   "done", "error", "stopped"), chunks, bytes, samples, sampleSum (sum of the int16 values
 //   played, for pcm / wav / raw), sampleRate, firstChunkMs, playStartMs, totalMs, rtf
@@ -23,8 +28,8 @@
   // The page lives at <root>/ui/; the API is at <root>/ (relative, so a path prefix added by a
   // reverse proxy keeps working).
   const API_ROOT = new URL("../", document.baseURI);
-  // Rate of the CosyVoice-compatible endpoints' raw PCM: the model rate (22050 Hz for CosyVoice
-  // v1, docs/server.md), unless the server says otherwise in X-Cosyvino-Sample-Rate.
+  // Rate of the CosyVoice-compatible endpoints' raw PCM when neither the response's
+  // X-Sample-Rate nor /v1/models said it: the model rate of CosyVoice v1 (docs/server.md).
   const RAW_RATE = 22050;
   // Rate of response_format "pcm" (OpenAI's: int16 mono at 24 kHz, docs/server.md).
   const PCM_RATE = 24000;
@@ -35,7 +40,7 @@
                 wav: "audio/wav", pcm: "audio/wav"};
 
   const $ = (id) => document.getElementById(id);
-  const web = window.cosyvinoWeb = {runs: 0, voices: [], key: null, last: null};
+  const web = window.cosyvinoWeb = {runs: 0, voices: [], model: null, key: null, last: null};
   let readyBody = null;  // the last /ready answer that said ready
   let audioCtx = null;
   let current = null;  // {controller, player}
@@ -425,7 +430,8 @@
         throw Object.assign(new Error(rec.error.message), {apiError: rec.error});
       }
       rec.cache = resp.headers.get("x-cosyvino-cache");
-      const rate = Number(resp.headers.get("x-cosyvino-sample-rate")) || RAW_RATE;
+      const rate = Number(resp.headers.get("x-sample-rate"))
+        || (web.model && web.model.sample_rate) || RAW_RATE;
       decoder = makeDecoder(format, rate);
       if (sse) await readSse(resp.body, onEvent);
       else await readChunks(resp.body, onAudio);
@@ -528,6 +534,8 @@
     if (seed !== "") body.seed = Number(seed);
     const speed = $("speed").value.trim();
     if (speed !== "") body.speed = Number(speed);
+    const instructions = $("instructions").value.trim();
+    if (!$("instructions-label").hidden && instructions) body.instructions = instructions;
     return body;
   }
 
@@ -650,7 +658,10 @@
       .map((v) => (typeof v === "string" ? {id: v, name: v} : v))
       .filter((v) => v && typeof v.id === "string");
     picker.textContent = "";
-    const groups = [["built-in speakers", list.filter((v) => v.builtin !== false)],
+    // the model's own voices: SFT speakers, then (CosyVoice2 spk2info.pt) voices with a prompt
+    const own = list.filter((v) => v.builtin !== false);
+    const groups = [["built-in speakers", own.filter((v) => !v.has_prompt)],
+                    ["built-in prompt voices", own.filter((v) => v.has_prompt)],
                     ["registered voices", list.filter((v) => v.builtin === false)]];
     for (const [label, voices] of groups) {
       if (!voices.length) continue;
@@ -666,6 +677,32 @@
     }
     if (list.some((v) => v.id === keep)) picker.value = keep;
     web.voices = list.map((v) => v.id);
+  }
+
+  // GET /v1/models: the loaded model (its first object names the model dir). Shows its family,
+  // rate and modes, and the Instructions field when one of its modes takes an instruction.
+  async function loadModel() {
+    let body = null;
+    try {
+      const resp = await fetch(api("v1/models"), {headers: authHeaders()});
+      if (!resp.ok) return;  // a 401 is said by the voice list already
+      body = await resp.json();
+    } catch (e) {
+      return;
+    }
+    const model = body && Array.isArray(body.data) ? body.data[0] : null;
+    if (!model) return;
+    web.model = model;
+    const parts = [model.id];
+    if (model.family) parts.push(model.family);
+    if (model.sample_rate) parts.push(`${model.sample_rate} Hz`);
+    if (Array.isArray(model.modes)) parts.push(`modes: ${model.modes.join(", ")}`);
+    const info = $("model-info");
+    info.textContent = "Model " + parts.join(" · ");
+    info.hidden = false;
+    const label = $("instructions-label");
+    label.hidden = !model.instruction_mode;
+    label.dataset.mode = model.instruction_mode || "";
   }
 
   // What the header says about the API key: null (fine), "needed" (the server answered 401
@@ -712,6 +749,7 @@
       status.textContent = "ready · listing the voices…";
       status.className = "muted";
       await loadVoices();
+      await loadModel();
       if (web.key === null) renderReady();
       return;
     }
@@ -727,7 +765,7 @@
     key.addEventListener("change", () => {
       sessionStorage.setItem(KEY_STORAGE, key.value.trim());
       clearMessages();
-      loadVoices();
+      loadVoices().then(loadModel);
     });
     $("speak").addEventListener("click", speak);
     $("stop").addEventListener("click", stop);
