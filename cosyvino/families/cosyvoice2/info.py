@@ -1,6 +1,6 @@
-"""``cosyvino info`` for an official CosyVoice2 dir: config highlights, files, parameter counts
-and speakers, without building modules (sheet v2 §1, §3.7, §4.1). Serving CosyVoice2 comes with
-its model family; until then the summary says so (``servable``).
+"""``cosyvino info`` for an official CosyVoice2 dir: config highlights, files, parameter counts,
+speakers, the modes a Synthesizer offers and whether it takes recordings (the prompt models),
+without building modules (sheet v2 §1, §3.7, §4.1).
 """
 
 from __future__ import annotations
@@ -21,12 +21,16 @@ FILES = (YAML_NAME, "llm.pt", "flow.pt", "hift.pt", "spk2info.pt", "campplus.onn
 def model_info(model_dir: str) -> dict:
     """The summary dict of an official CosyVoice2 dir (same layout as the v1 summary where
     the fields exist: ``path``, ``family``, ``sample_rate``, ``llm``, ``files`` (MB or
-    ``absent``), ``parameters`` (per .pt file), ``speakers`` (SFT and zero-shot voices)).
+    ``absent``), ``parameters`` (per .pt file), ``speakers`` (SFT and zero-shot voices)),
+    plus ``synthetic``, ``modes`` (:func:`.modes.modes_for`) and ``recordings`` (whether
+    ``prompt_audio`` / ``source_audio`` / ``voices add`` work: the prompt models are there).
 
     Raises ModelDirError / ConfigError / CheckpointError (a checkpoint that cannot be read)."""
     from cosyvino.families.cosyvoice1.checkpoint import load_torch_file
 
+    from .modes import modes_for
     from .speakers import load_cosyvoice2_spk2info
+    from .synthetic import is_synthetic
 
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
@@ -46,7 +50,7 @@ def model_info(model_dir: str) -> dict:
     return {
         "path": os.path.abspath(model_dir),
         "family": "cosyvoice2",
-        "servable": "no: this cosyvino reads CosyVoice2 dirs but cannot serve them yet",
+        "synthetic": is_synthetic(model_dir),
         "sample_rate": cfg.sample_rate,
         "llm": {"width": q.hidden_size, "qwen2_layers": q.num_hidden_layers,
                 "heads": f"{q.num_attention_heads} (kv {q.num_key_value_heads})",
@@ -56,4 +60,16 @@ def model_info(model_dir: str) -> dict:
         "parameters": params,
         "speakers": ", ".join(n for n, s in speakers.items() if s.embedding is not None),
         "voices": ", ".join(n for n, s in speakers.items() if s.bundle is not None),
+        "modes": ", ".join(modes_for([n for n, s in speakers.items()
+                                      if s.embedding is not None])),
+        "recordings": _recordings(model_dir),
     }
+
+
+def _recordings(model_dir: str) -> str:
+    from .modes import missing_prompt_models
+
+    missing = missing_prompt_models(model_dir)
+    if not missing:
+        return "yes (campplus.onnx, speech_tokenizer_v2.onnx)"
+    return f"no: {', '.join(missing)} missing (stored and spk2info.pt voices only)"
