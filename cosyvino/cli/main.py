@@ -556,6 +556,7 @@ def synth(ctx, text, model_dir, speaker, voice_name, prompt_wav, prompt_text, in
       --prompt-wav F --prompt-text T        zero-shot voice cloning
       --prompt-wav F                        cross-lingual (language tag in TEXT, e.g. <|en|>)
       -s SPEAKER --instruct T               instruct (CosyVoice-300M-Instruct)
+      --prompt-wav F --instruct T           instruct2 (CosyVoice2; -v NAME for a voice)
       -v NAME                               a registered voice (`cosyvino voices add`)
 
     Everything that can be checked before the model loads is checked first: the text (UTF-8,

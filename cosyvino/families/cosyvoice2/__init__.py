@@ -150,8 +150,8 @@ class CosyVoice2(ModelFamily):
         from .modes import UnavailablePromptEncoder, missing_prompt_models
 
         cfg = stages.config.flow
-        shapes = dict(embedding_dim=cfg.spk_embed_dim, speech_vocab=cfg.vocab_size,
-                      mel_bins=cfg.output_size)
+        shapes = {"embedding_dim": cfg.spk_embed_dim, "speech_vocab": cfg.vocab_size,
+                  "mel_bins": cfg.output_size}
         if model_dir is None or missing_prompt_models(model_dir):
             return UnavailablePromptEncoder(model_dir, **shapes)
         from .prompt_models import PromptEncoder, read_prompt_mel_config
