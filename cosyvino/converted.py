@@ -54,7 +54,6 @@ _CONVERT_HINT = {"openvino": "cosyvino convert", "onnxruntime": "cosyvino conver
 _RUNTIME_LABELS = {"openvino": "OpenVINO", "onnxruntime": "ONNX"}
 SPEAKERS_FILE = "speakers.json"
 SOURCE_FILES = ("cosyvoice.yaml", "llm.pt", "flow.pt", "hift.pt", "spk2info.pt")
-OPTIONAL_SOURCE_FILES = ("campplus.onnx", "speech_tokenizer_v1.onnx")
 
 #: stage name -> IR file stem. ``llm`` is the stateful (KV cache in state) LLM step.
 STAGES = {

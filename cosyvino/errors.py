@@ -53,6 +53,19 @@ class PromptModelsUnavailableError(InputError):
     of the model's own voices). Maps to HTTP 400 naming the recording's field."""
 
 
+class VoiceMismatchError(InputError):
+    """A voice made for another model: its speaker embedding width, prompt speech-token ids,
+    prompt mel bins or prompt mel rate do not fit the loaded model (the family's prompt
+    encoder's ``check_voice``; e.g. a CosyVoice v1 voice, 22.05 kHz mel, on CosyVoice2).
+
+    Attributes: ``voice`` (its name), ``reason`` (what does not fit)."""
+
+    def __init__(self, voice: str, reason: str):
+        self.voice, self.reason = voice, reason
+        super().__init__(f"voice {voice!r} does not fit this model: {reason}; make the voice "
+                         "again from its recording with this model")
+
+
 class UnknownSpeakerError(InputError, KeyError):
     """No voice of this name: not a built-in speaker of the model (``spk2info.pt``) nor a
     registered voice.

@@ -17,7 +17,8 @@ from typing import Mapping
 
 import numpy as np
 
-from .errors import InputError, PromptModelsUnavailableError, UnknownSpeakerError
+from .errors import (InputError, PromptModelsUnavailableError, UnknownSpeakerError,
+                     VoiceMismatchError)
 from .voices import Voice
 
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
@@ -117,6 +118,8 @@ class SynthesisRequest:
 
         Raises:
             UnknownSpeakerError: ``voice`` names no voice (the message lists valid ones).
+            VoiceMismatchError: ``voice`` is a :class:`Voice` made for another model (the
+                prompt encoder's ``check_voice``; stored voices are checked when read).
             cosyvino.prompt_audio.PromptAudioError (an InputError): bad ``prompt_audio`` /
                 ``source_audio`` (not audio, empty, too short/long, silent, ...).
             InputError: any other bad field (text type, a mode the model does not offer, a
@@ -132,6 +135,8 @@ class SynthesisRequest:
             if value is not None and not isinstance(value, str):
                 raise InputError(f"{name} must be a string, got {type(value).__name__}")
         voice = self._voice(voices) if self.voice is not None else None
+        if isinstance(self.voice, Voice) and not voice.builtin:
+            _check_fits(voice, prompts)
         if voice is not None and self.prompt_audio is not None:
             raise InputError("give either voice (a speaker or registered voice) or prompt_audio "
                              "(a recording), not both")
@@ -290,6 +295,15 @@ def _check_tokens(speech_tokens, vocab: int | None) -> np.ndarray:
     if vocab is not None and (tokens.min() < 0 or tokens.max() >= vocab):
         raise InputError(f"speech tokens must be in [0, {vocab - 1}]")
     return tokens.astype(np.int64)
+
+
+def _check_fits(voice: Voice, prompts) -> None:
+    """Raise VoiceMismatchError when the prompt encoder says ``voice`` (given as an object, so
+    not checked by the voice store) does not fit the model; no encoder: no check."""
+    check = getattr(prompts, "check_voice", None)
+    why = check(voice) if check is not None else None
+    if why:
+        raise VoiceMismatchError(voice.name, why)
 
 
 def _unknown_voice(name, voices: Mapping[str, Voice]) -> UnknownSpeakerError:

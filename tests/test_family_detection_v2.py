@@ -30,10 +30,7 @@ def test_official_family_by_yaml(tmp_path):
 
 
 def test_detect_family_names_a_v2_dir_instead_of_misreading_it():
-    with pytest.raises(ModelDirError, match="CosyVoice2 model dir \\(cosyvoice2.yaml\\).*cannot "
-                                            "serve CosyVoice2 yet") as e:
-        detect_family(TINY_C)
-    assert e.value.path == str(TINY_C)
+    assert detect_family(TINY_C).name == "cosyvoice2"  # the registered, servable family
     assert detect_family(TINY_A).name == "cosyvoice1"
 
 
@@ -52,14 +49,22 @@ def test_info_on_a_v2_dir():
     assert data["speakers"] == "中文女" and data["voices"] == "alice, bob"
     assert data["files"]["speech_tokenizer_v2.onnx"] == "absent"
     assert set(data["parameters"]) == {"llm.pt", "flow.pt", "hift.pt"}
+    assert data["modes"] == "zero_shot, cross_lingual, vc, instruct2, sft"
+    assert data["recordings"] == ("no: campplus.onnx, speech_tokenizer_v2.onnx missing (stored "
+                                  "and spk2info.pt voices only)")
 
 
-def test_synth_on_a_v2_dir_is_a_clear_error(tmp_path):
-    res = CliRunner().invoke(main, ["synth", "--model-dir", str(TINY_C), "你好",
-                                    "--output", str(tmp_path / "o.wav")])
-    assert res.exit_code != 0
-    assert "CosyVoice2" in res.output and "cannot serve" in res.output
-    assert "Traceback" not in res.output
+def test_synth_on_a_v2_dir(tmp_path):
+    """A v2 dir is served (it used to be refused): its SFT speaker, 24 kHz."""
+    import soundfile as sf
+
+    pytest.importorskip("torch")
+    out = tmp_path / "o.wav"
+    res = CliRunner().invoke(main, ["synth", "--model-dir", str(TINY_C), "你好", "--seed", "1",
+                                    "--output", str(out)])
+    assert res.exit_code == 0, res.output
+    samples, sr = sf.read(out)
+    assert sr == 24000 and samples.size > 0 and samples.size % 960 == 0
 
 
 def test_info_on_a_v2_dir_without_blank_en(tmp_path):

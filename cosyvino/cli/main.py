@@ -365,10 +365,12 @@ def _output_options(fn):
     return fn
 
 
-def _read_recording(path: str | None, option: str, *, source: bool = False):
+def _read_recording(path: str | None, option: str, *, source: bool = False,
+                    mel_rate: int | None = None):
     """``path`` read and checked as a prompt (or, ``source``, a voice-conversion source)
     recording before the model loads: the :class:`cosyvino.prompt_audio.PromptAudio` the
-    library then uses as is (None for None).
+    library then uses as is (None for None), its prompt-mel waveform at ``mel_rate`` (None:
+    v1's 22050 Hz; the loaded family's: :func:`_at_family_rate`).
 
     Raises the ``PromptAudioError`` s of :func:`cosyvino.prompt_audio.load_prompt_audio`
     (their messages name the problem and the limit), prefixed with the option."""
@@ -377,10 +379,22 @@ def _read_recording(path: str | None, option: str, *, source: bool = False):
     from cosyvino.prompt_audio import SOURCE_MIN_SECONDS, PromptAudioError, load_prompt_audio
 
     kw = {"what": "source audio", "min_seconds": SOURCE_MIN_SECONDS} if source else {}
+    if mel_rate is not None:
+        kw["mel_rate"] = mel_rate
     try:
         return load_prompt_audio(path, **kw)
     except PromptAudioError as e:
         raise _prefixed(e, option) from None
+
+
+def _at_family_rate(audio, path: str | None, option: str, synth_, *, source: bool = False):
+    """``audio`` (read by :func:`_read_recording` before the model loaded) read again from
+    ``path`` when the loaded family's prompt encoder takes another prompt-mel rate (CosyVoice2:
+    24 kHz); as is otherwise."""
+    rate = getattr(synth_.prompt_encoder, "mel_rate", None)
+    if audio is None or rate is None or audio.mel_rate == rate:
+        return audio
+    return _read_recording(path, option, source=source, mel_rate=rate)
 
 
 def _prefixed(e, option: str):
@@ -440,6 +454,8 @@ def _synthesis(ctx, *, text, model_dir, voice, output, fmt, stream, hop_schedule
     click.echo(f"cosyvino {command}: {_describe(run)}; model dir "
                f"{run['model_dir'] or 'the embedded default'}", err=True)
     synth_ = _synthesizer(run, voices_dir)
+    prompt_audio = _at_family_rate(prompt_audio, prompt_wav, "--prompt-wav", synth_)
+    source_audio = _at_family_rate(source_audio, source_wav, "--source-wav", synth_, source=True)
     prompted = prompt_audio is not None or source_audio is not None
     if voice is None and not prompted and synth_.speakers:
         voice = synth_.speakers[0]
@@ -540,6 +556,7 @@ def synth(ctx, text, model_dir, speaker, voice_name, prompt_wav, prompt_text, in
       --prompt-wav F --prompt-text T        zero-shot voice cloning
       --prompt-wav F                        cross-lingual (language tag in TEXT, e.g. <|en|>)
       -s SPEAKER --instruct T               instruct (CosyVoice-300M-Instruct)
+      --prompt-wav F --instruct T           instruct2 (CosyVoice2; -v NAME for a voice)
       -v NAME                               a registered voice (`cosyvino voices add`)
 
     Everything that can be checked before the model loads is checked first: the text (UTF-8,

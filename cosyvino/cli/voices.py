@@ -110,7 +110,7 @@ def add(name, prompt_wav, prompt_text, overwrite, model_dir, voices_dir, prompt_
     The name and the recording are checked before the prompt models load (1-64 letters,
     digits, '_', '-', '.'; not a built-in speaker; the recording readable, 1-30 s, not
     silent)."""
-    from cosyvino.prompt_audio import PromptAudioError, load_prompt_audio
+    from cosyvino.prompt_audio import MEL_RATE, PromptAudioError, load_prompt_audio
 
     if prompt_text is not None and not prompt_text.strip():
         raise InputError("--prompt-text is empty (leave it out for a voice without a "
@@ -127,8 +127,8 @@ def add(name, prompt_wav, prompt_text, overwrite, model_dir, voices_dir, prompt_
         raise VoiceExistsError(f"a voice named {name!r} is already registered in "
                                f"{store.directory}; pass --overwrite to replace it, or pick "
                                "another name", name) from None
-    try:
-        audio = load_prompt_audio(prompt_wav)
+    try:  # at the family's prompt-mel rate (v1 22.05 kHz, CosyVoice2 24 kHz)
+        audio = load_prompt_audio(prompt_wav, mel_rate=getattr(encoder, "mel_rate", MEL_RATE))
     except PromptAudioError as e:
         e.args = (f"--prompt-wav: {e}",) + e.args[1:]
         raise

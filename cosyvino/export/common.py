@@ -3,7 +3,8 @@
 :func:`convert_atomically` is the shared frame of ``cosyvino convert``: it checks the
 arguments, finds the model family (:func:`cosyvino.families.detect_family`), hashes the source
 files, loads the family's PyTorch model and its graph table, lets the runtime's exporter write
-one file per graph of the table, then ships the optional ONNX source files, lets the family write
+one file per graph of the table, then ships the family's prompt models
+(``ModelFamily.prompt_model_files``, already ONNX) when the source has them, lets the family write
 its serving files (``ModelFamily.write_serving_files``; CosyVoice v1:
 :mod:`cosyvino.families.cosyvoice1.serving_files`, LLM tables, speakers, yaml copy) and writes the manifest
 (:mod:`cosyvino.converted` describes the layout; it records the family and the table's graph ->
@@ -18,7 +19,7 @@ import tempfile
 import time
 from typing import Callable
 
-from ..converted import OPTIONAL_SOURCE_FILES, file_record, source_record, write_manifest
+from ..converted import file_record, source_record, write_manifest
 from ..errors import ModelDirError
 from ..families import GraphTable, ModelFamily, detect_family
 from ..fileutil import replace_dir
@@ -85,7 +86,7 @@ def convert_atomically(model_dir: str, out_dir: str | None, default_subdir: str,
         table = family.graphs(m.config)
         files: dict[str, dict] = {}
         write_stages(m, table, tmp, files, say, start)
-        for name in OPTIONAL_SOURCE_FILES:  # already ONNX, read by both runtimes: ship them
+        for name in family.prompt_model_files:  # already ONNX, read by both runtimes: ship them
             src = os.path.join(model_dir, name)
             if os.path.isfile(src):
                 shutil.copyfile(src, os.path.join(tmp, name))

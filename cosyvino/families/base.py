@@ -252,6 +252,10 @@ class ModelFamily(abc.ABC):
     description: ClassVar[str] = ""
     #: files a converted dir copies from the source dir (configs the runtime reads)
     config_files: ClassVar[tuple[str, ...]] = ()
+    #: the checkpoint's prompt models (already ONNX, read by every runtime) that a converted
+    #: dir carries as they are, when the source dir has them (v1: ``campplus.onnx``,
+    #: ``speech_tokenizer_v1.onnx``); what :meth:`prompt_encoder` loads from a converted dir
+    prompt_model_files: ClassVar[tuple[str, ...]] = ()
     #: the lanes of the family's programs (:attr:`cosyvino.engine.program.Program.lanes`):
     #: steps of different lanes of one request may run at the same time on thread-safe stages
     lanes: ClassVar[tuple[str, ...]] = ("main",)

@@ -166,9 +166,10 @@ class CosyVoice1(ModelFamily):
         return CosyVoice1Program(stages, request, draws, frontend, pipeline=pipeline)
 
 
-from .modes import MODES  # noqa: E402  (numpy only)
+from .modes import MODES, PROMPT_MODEL_FILES  # noqa: E402  (numpy only)
 
 CosyVoice1.modes = MODES
+CosyVoice1.prompt_model_files = PROMPT_MODEL_FILES
 
 
 @hookimpl

@@ -221,6 +221,16 @@ class PromptEncoder:
         self._lock = threading.Lock()
 
     @property
+    def mel_rate(self) -> int:
+        """The rate (Hz) recordings are loaded at for the prompt mel (:attr:`mel`'s; v1:
+        :data:`cosyvino.prompt_audio.MEL_RATE`, 22050): pass it to
+        :func:`cosyvino.prompt_audio.load_prompt_audio` to load a recording for :meth:`voice`
+        ahead of time."""
+        from cosyvino.prompt_audio import MEL_RATE
+
+        return MEL_RATE if self.mel is None else self.mel.sampling_rate
+
+    @property
     def models(self) -> PromptModels:
         """The loaded :class:`PromptModels` (loaded now if needed; raises as its constructor,
         plus BackendError from :func:`default_prompt_backend`)."""
@@ -242,11 +252,10 @@ class PromptEncoder:
 
         Raises: the :func:`cosyvino.prompt_audio.load_prompt_audio` errors (typed
         ``PromptAudioError`` s), ModelDirError (prompt models missing), BackendError."""
-        from cosyvino.prompt_audio import MEL_RATE, load_prompt_audio, prompt_features
+        from cosyvino.prompt_audio import load_prompt_audio, prompt_features
         from cosyvino.voices import Voice
 
-        rate = MEL_RATE if self.mel is None else self.mel.sampling_rate
-        loaded = load_prompt_audio(audio, mel_rate=rate)
+        loaded = load_prompt_audio(audio, mel_rate=self.mel_rate)
         feats = prompt_features(loaded, self.models, mel=self.mel)
         return Voice(name=name, embedding=feats.embedding,
                      prompt_speech_tokens=feats.speech_tokens.reshape(-1),
@@ -260,11 +269,10 @@ class PromptEncoder:
         Raises: the ``load_prompt_audio`` errors (named "source audio"), ModelDirError,
         BackendError."""
         from cosyvino.frontend.features import whisper_log_mel
-        from cosyvino.prompt_audio import MEL_RATE, SOURCE_MIN_SECONDS, load_prompt_audio
+        from cosyvino.prompt_audio import SOURCE_MIN_SECONDS, load_prompt_audio
 
-        rate = MEL_RATE if self.mel is None else self.mel.sampling_rate
         loaded = load_prompt_audio(audio, what="source audio", min_seconds=SOURCE_MIN_SECONDS,
-                                   mel_rate=rate)
+                                   mel_rate=self.mel_rate)
         return self.models.speech_tokens(whisper_log_mel(loaded.wav_16k)).reshape(-1)
 
     def check_voice(self, voice) -> str | None:

@@ -11,6 +11,7 @@ from cosyvino.hookspecs import hookimpl
 
 from ..base import DecodeProfile, GraphTable, ModelFamily
 from ..official import official_family
+from .modes import MODES, PROMPT_MODEL_FILES
 
 #: official checkpoint files a conversion is made from (recorded by hash in manifests)
 SOURCE_FILES = ("cosyvoice2.yaml", "CosyVoice-BlankEN/config.json", "llm.pt", "flow.pt",
@@ -26,7 +27,9 @@ class CosyVoice2(ModelFamily):
     name = "cosyvoice2"
     description = "CosyVoice2 (CosyVoice2-0.5B)"
     config_files = ("cosyvoice2.yaml",)
+    prompt_model_files = PROMPT_MODEL_FILES
     lanes = ("llm", "audio")  # the LLM and the flow/vocoder hops (program.py)
+    modes = MODES
 
     @classmethod
     def detect(cls, model_dir: str) -> bool:
@@ -45,6 +48,20 @@ class CosyVoice2(ModelFamily):
     @classmethod
     def source_files(cls, model_dir: str) -> tuple[str, ...]:
         return SOURCE_FILES
+
+    @classmethod
+    def presets(cls) -> tuple[str, ...]:
+        """``tiny`` and ``0.5b`` (:mod:`.presets`)."""
+        from .presets import PRESETS
+
+        return tuple(PRESETS)
+
+    @classmethod
+    def make_synthetic(cls, preset: str, out_dir: str, **kwargs) -> str:
+        """:func:`.synthetic.make_model` (imports torch)."""
+        from .synthetic import make_model
+
+        return make_model(preset, out_dir, **kwargs)
 
     @classmethod
     def graphs(cls, config) -> GraphTable:
@@ -108,6 +125,8 @@ class CosyVoice2(ModelFamily):
 
     @classmethod
     def modes_for(cls, model_dir, stages) -> dict:
+        """Every v2 mode but ``sft`` without SFT speakers (:func:`.modes.modes_for`): the prompt
+        modes are offered with or without the prompt models (stored voices serve them)."""
         from .modes import modes_for
 
         return modes_for(stages.speakers)
@@ -120,24 +139,31 @@ class CosyVoice2(ModelFamily):
 
     @classmethod
     def prompt_encoder(cls, model_dir, stages, *, backend: str | None = None, **options):
-        """An :class:`~.modes.UnavailablePromptEncoder`: recordings are refused with the reason
-        (the prompt models are not run for CosyVoice2 yet); stored voices are checked."""
-        from .modes import UnavailablePromptEncoder
+        """The v2 :class:`~.prompt_models.PromptEncoder` (``campplus.onnx`` +
+        ``speech_tokenizer_v2.onnx`` on ``backend``, None: OpenVINO when installed, else
+        another backend that runs ONNX files; the dir's own 24 kHz prompt mel,
+        :func:`~.prompt_models.read_prompt_mel_config`) when ``model_dir`` holds both prompt
+        models; else an :class:`~.modes.UnavailablePromptEncoder` that refuses recordings with
+        the missing file names and still checks stored voices.
+
+        Raises: ConfigError / ModelDirError from reading the yaml's ``feat_extractor``."""
+        from .modes import UnavailablePromptEncoder, missing_prompt_models
 
         cfg = stages.config.flow
-        return UnavailablePromptEncoder(model_dir, embedding_dim=cfg.spk_embed_dim,
-                                        mel_bins=cfg.output_size, speech_vocab=cfg.vocab_size)
+        shapes = {"embedding_dim": cfg.spk_embed_dim, "speech_vocab": cfg.vocab_size,
+                  "mel_bins": cfg.output_size}
+        if model_dir is None or missing_prompt_models(model_dir):
+            return UnavailablePromptEncoder(model_dir, **shapes)
+        from .prompt_models import PromptEncoder, read_prompt_mel_config
+
+        return PromptEncoder(model_dir, backend, mel=read_prompt_mel_config(model_dir),
+                             **shapes, **options)
 
     @classmethod
     def new_program(cls, stages, request, draws, frontend, batchers=None):
         from .program import CosyVoice2Program
 
         return CosyVoice2Program(stages, request, draws, frontend)
-
-
-from .modes import MODES
-
-CosyVoice2.modes = MODES
 
 
 @hookimpl

@@ -21,8 +21,10 @@ does; appended when missing, as the token the LLM was trained to see before the 
 
 Prompt voices come from a registered voice, from the model's ``spk2info.pt`` bundles (tiny-c:
 ``alice``, ``bob``) or from ``prompt_audio`` through the prompt models (``campplus.onnx``,
-``speech_tokenizer_v2.onnx``), which cosyvino does not run for CosyVoice2 yet
-(:func:`prompt_models_reason`).
+``speech_tokenizer_v2.onnx``; :class:`~.prompt_models.PromptEncoder`). A voice made from a
+recording keeps its uncut prompt; :func:`llm_prefix` and :func:`flow_conditioning` align it
+per mode (:func:`~.prompt_models.align_prompt`, sheet v2 §3.6). Without the prompt models the
+prompt modes still run on stored voices; recordings are refused (:func:`prompt_models_reason`).
 
 Matching order of a request without a mode (:data:`MODES`): a source -> ``vc``; a prompt voice
 with a transcript -> ``zero_shot``, without -> ``cross_lingual``; a prompt voice with an
@@ -41,6 +43,7 @@ from cosyvino.errors import EmptyTextError, InputError, PromptModelsUnavailableE
 
 from ..base import Mode
 from ..cosyvoice1.modes import FlowConditioning
+from .prompt_models import align_prompt, prompt_rate_reason
 from .voices import PromptVoice
 
 ZERO_SHOT = Mode("zero_shot", "clone the voice of a prompt (recording or stored voice) with its "
@@ -110,10 +113,21 @@ def instruction_text(instruction: str) -> str:
 
 
 def _prompt_speech(request) -> np.ndarray:
+    """int64 [1, L]: a spk2info bundle's LLM tokens as stored (upstream aligned them when it
+    made the bundle); else the voice's tokens aligned with its mel (sheet v2 §3.8: the LLM
+    gets ``tokens(wav)[:L]``, the same L as the flow)."""
     voice = request.voice
-    tokens = voice.llm_prompt_speech_tokens if isinstance(voice, PromptVoice) and \
-        voice.llm_prompt_speech_tokens is not None else voice.prompt_speech_tokens
-    return np.asarray(tokens, np.int64).reshape(1, -1)
+    if isinstance(voice, PromptVoice) and voice.llm_prompt_speech_tokens is not None:
+        return np.asarray(voice.llm_prompt_speech_tokens, np.int64).reshape(1, -1)
+    tokens, _ = _aligned(voice)
+    return tokens.reshape(1, -1)
+
+
+def _aligned(voice) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        return align_prompt(voice.prompt_speech_tokens, voice.prompt_mel)
+    except InputError as e:
+        raise InputError(f"voice {voice.name!r}: {e}") from None
 
 
 def llm_prefix(request, tokenize: Tokenize, normalize: Callable[[str], str]) -> LLMPrefix:
@@ -142,14 +156,11 @@ def flow_conditioning(request) -> FlowConditioning:
     voice = request.voice
     if request.mode == SFT.name or not voice.has_prompt:
         return FlowConditioning(embedding=voice.embedding)
-    tokens = np.asarray(voice.prompt_speech_tokens, np.int64).reshape(-1)
-    mel = np.asarray(voice.prompt_mel, np.float32)
-    if request.mode != VC.name:
-        n = min(mel.shape[0] // 2, tokens.size)
-        if n < 1:
-            raise InputError(f"voice {voice.name!r}: prompt too short ({mel.shape[0]} mel "
-                             "frames)")
-        tokens, mel = tokens[:n], mel[:2 * n]
+    if request.mode == VC.name:
+        tokens = np.asarray(voice.prompt_speech_tokens, np.int64).reshape(-1)
+        mel = np.asarray(voice.prompt_mel, np.float32)
+    else:
+        tokens, mel = _aligned(voice)
     return FlowConditioning(embedding=voice.embedding, prompt_token=tokens, prompt_feat=mel)
 
 
@@ -164,20 +175,19 @@ def missing_prompt_models(model_dir) -> list[str]:
 
 def prompt_models_reason(model_dir) -> str:
     """Why a recording (``prompt_audio``, ``source_audio``) cannot be turned into a voice or
-    speech tokens for CosyVoice2 here (one sentence naming the files)."""
-    missing = missing_prompt_models(model_dir)
-    if missing:
-        return (f"CosyVoice2 prompt recordings need the prompt models {', '.join(missing)} "
-                f"in the model dir, which are missing; use a registered voice or one of the "
-                "model's spk2info.pt voices instead")
-    return ("cosyvino does not run the CosyVoice2 prompt models (campplus.onnx, "
-            "speech_tokenizer_v2.onnx) yet; use a registered voice or one of the model's "
+    speech tokens for CosyVoice2 here: the prompt-model files missing from ``model_dir`` (one
+    sentence naming them)."""
+    missing = missing_prompt_models(model_dir) or list(PROMPT_MODEL_FILES)
+    where = "in the model dir" if model_dir is not None else "(no model dir)"
+    return (f"CosyVoice2 prompt recordings need the prompt models {', '.join(missing)} "
+            f"{where}, which are missing; use a registered voice or one of the model's "
             "spk2info.pt voices instead")
 
 
 def unavailable_reason(speakers, name: str) -> str | None:
     """Why a checkpoint with SFT ``speakers`` does not offer mode ``name`` (None: it does).
-    The prompt modes are always offered: stored voices serve them without the prompt models."""
+    The prompt modes are always offered: with the prompt models they take recordings
+    (``prompt_audio``, ``source_audio``), and stored voices serve them without."""
     if name == SFT.name and not speakers:
         return "the model has no SFT speakers (spk2info.pt entries with an 'embedding')"
     return None
@@ -189,14 +199,21 @@ def modes_for(speakers) -> dict:
 
 
 class UnavailablePromptEncoder:
-    """The v2 prompt encoder until cosyvino runs the CosyVoice2 prompt models: voices and
-    source tokens from recordings are refused with :func:`prompt_models_reason`; stored voices
-    are checked for the v2 shapes."""
+    """The v2 prompt encoder of a dir without the prompt models: voices and source tokens from
+    recordings are refused with :func:`prompt_models_reason`; stored voices are checked for the
+    v2 shapes and prompt-mel rate."""
 
     def __init__(self, model_dir, *, embedding_dim: int, mel_bins: int, speech_vocab: int):
         self.model_dir = model_dir
         self.embedding_dim, self.mel_bins, self.speech_vocab = embedding_dim, mel_bins, \
             speech_vocab
+
+    @property
+    def mel_rate(self) -> int:
+        """The CosyVoice2 prompt-mel rate, 24000 Hz (recordings are refused anyway)."""
+        from .prompt_models import PROMPT_MEL
+
+        return PROMPT_MEL.sampling_rate
 
     def _refuse(self):
         raise PromptModelsUnavailableError(prompt_models_reason(self.model_dir))
@@ -210,7 +227,8 @@ class UnavailablePromptEncoder:
         self._refuse()
 
     def check_voice(self, voice) -> str | None:
-        """Why a stored voice does not fit this model (embedding width, mel bins, token ids)."""
+        """Why a stored voice does not fit this model (embedding width, mel bins, token ids,
+        prompt-mel rate: :func:`~.prompt_models.prompt_rate_reason`)."""
         if voice.embedding.shape[1] != self.embedding_dim:
             return f"its speaker embedding has {voice.embedding.shape[1]} values, " \
                    f"this model takes {self.embedding_dim}"
@@ -220,7 +238,7 @@ class UnavailablePromptEncoder:
                        f"this model takes {self.mel_bins}"
             if int(voice.prompt_speech_tokens.max()) >= self.speech_vocab:
                 return "its prompt speech tokens are outside this model's vocabulary"
-        return None
+        return prompt_rate_reason(voice)
 
     def close(self) -> None:
         pass

@@ -35,6 +35,10 @@ TOKEN_MEL_RATIO = 2
 #: the 24 kHz flow prompt mel (sheet v2 §2, §3.6; the recipe yaml's ``feat_extractor``)
 PROMPT_MEL = MelConfig(n_fft=1920, num_mels=80, sampling_rate=24000, hop_size=480,
                        win_size=1920, fmin=0.0, fmax=8000.0)
+#: how far (relative) a voice's prompt mel rate may be from the model's: a v2 prompt has
+#: samples // hop frames (under one frame short), a CosyVoice v1 voice is 72 % off (22.05 kHz,
+#: hop 256: 86.1 frames/s; 1.72 frames per 50 Hz token)
+RATE_TOLERANCE = 0.1
 
 
 def align_prompt(tokens: np.ndarray, mel: np.ndarray, *,
@@ -65,6 +69,36 @@ def align_prompt(tokens: np.ndarray, mel: np.ndarray, *,
         raise InputError(f"prompt too short to align: {t.size} speech tokens, {m.shape[0]} mel "
                          f"frames (need at least 1 token and {token_mel_ratio} frames)")
     return t[:n].astype(np.int64), np.ascontiguousarray(m[:token_mel_ratio * n], np.float32)
+
+
+def prompt_rate_reason(voice, mel: MelConfig = PROMPT_MEL, *,
+                       token_mel_ratio: int = TOKEN_MEL_RATIO) -> str | None:
+    """Why the prompt mel of ``voice`` (a :class:`~cosyvino.voices.Voice`) was not made at
+    ``mel``'s frame rate, e.g. a CosyVoice v1 voice (22.05 kHz mel) offered to CosyVoice2;
+    None when it was, or when the voice has no prompt.
+
+    With ``prompt_seconds`` known: prompt mel frames per second against
+    ``mel.sampling_rate / mel.hop_size`` (50 for CosyVoice2, sheet v2 §3.6); without: mel
+    frames per prompt speech token against ``token_mel_ratio`` (2, sheet v2 §2). Either may
+    be off by :data:`RATE_TOLERANCE` (relative)."""
+    if not voice.has_prompt:
+        return None
+    frames = int(voice.prompt_mel.shape[0])
+    want = mel.sampling_rate / mel.hop_size
+    seconds = voice.prompt_seconds
+    if seconds:
+        rate = frames / float(seconds)
+        if abs(rate - want) <= RATE_TOLERANCE * want:
+            return None
+        return (f"its prompt mel has {rate:.1f} frames per second ({frames} frames for "
+                f"{seconds:g} s), this model takes {want:g} ({mel.sampling_rate} Hz, hop "
+                f"{mel.hop_size}): a voice made for another model (CosyVoice v1: 22.05 kHz)")
+    ratio = frames / max(int(voice.prompt_speech_tokens.size), 1)
+    if abs(ratio - token_mel_ratio) <= RATE_TOLERANCE * token_mel_ratio:
+        return None
+    return (f"its prompt mel has {ratio:.2f} frames per speech token, this model takes "
+            f"{token_mel_ratio} ({want:g} frames/s, 25 tokens/s): a voice made for another "
+            "model (CosyVoice v1: 22.05 kHz mel, 50 Hz tokens)")
 
 
 def prompt_mel_config(data: dict, path: str = "cosyvoice2.yaml") -> MelConfig:
@@ -148,3 +182,8 @@ class PromptEncoder(_V1PromptEncoder):
         if self.mel.num_mels != mel_bins:
             raise ConfigError(f"the prompt mel has {self.mel.num_mels} bins but the model takes "
                               f"{mel_bins}")
+
+    def check_voice(self, voice) -> str | None:
+        """Why ``voice`` does not fit this model (v1's checks: embedding width, token ids, mel
+        bins; then :func:`prompt_rate_reason` at :attr:`mel`), or None."""
+        return super().check_voice(voice) or prompt_rate_reason(voice, self.mel)

@@ -15,10 +15,10 @@ from .lm_config import SpeechLMConfig
 
 
 def speech_lm_dir_info(model_dir: str, *, family: str, sample_rate: int, llm: SpeechLMConfig,
-                       files: Sequence[str], servable: str) -> dict:
+                       files: Sequence[str], servable: str | None = None) -> dict:
     """The summary dict of an official CosyVoice2/3 dir (same layout as the v1 summary where
-    the fields exist): ``path``, ``family``, ``servable``, ``sample_rate``, ``llm`` (Qwen2
-    sizes, speech tokens, head rows, sampling), ``files`` (MB or ``absent``), ``parameters``
+    the fields exist): ``path``, ``family``, ``servable`` (when given), ``sample_rate``,
+    ``llm`` (Qwen2 sizes, speech tokens, head rows, sampling), ``files`` (MB or ``absent``), ``parameters``
     (values per .pt file, tied copies counted twice as upstream's manifest does), ``speakers``
     (SFT) and ``voices`` (zero-shot bundles).
 
@@ -45,10 +45,9 @@ def speech_lm_dir_info(model_dir: str, *, family: str, sample_rate: int, llm: Sp
     spk_path = os.path.join(model_dir, "spk2info.pt")
     speakers = (load_spk2info(spk_path, speech_token_size=llm.speech_token_size)
                 if os.path.isfile(spk_path) else {})
-    return {
+    info = {
         "path": os.path.abspath(model_dir),
         "family": family,
-        "servable": servable,
         "sample_rate": sample_rate,
         "llm": {"width": q.hidden_size, "qwen2_layers": q.num_hidden_layers,
                 "heads": f"{q.num_attention_heads} (kv {q.num_key_value_heads})",
@@ -60,3 +59,6 @@ def speech_lm_dir_info(model_dir: str, *, family: str, sample_rate: int, llm: Sp
         "speakers": ", ".join(n for n, s in speakers.items() if s.embedding is not None),
         "voices": ", ".join(n for n, s in speakers.items() if s.bundle is not None),
     }
+    if servable is not None:  # a family that reads dirs it cannot serve says so
+        info["servable"] = servable
+    return info
