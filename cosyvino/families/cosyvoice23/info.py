@@ -18,9 +18,9 @@ def speech_lm_dir_info(model_dir: str, *, family: str, sample_rate: int, llm: Sp
                        files: Sequence[str], servable: str | None = None) -> dict:
     """The summary dict of an official CosyVoice2/3 dir (same layout as the v1 summary where
     the fields exist): ``path``, ``family``, ``servable`` (when given), ``sample_rate``,
-    ``llm`` (Qwen2 sizes, speech tokens, head rows, sampling), ``files`` (MB or ``absent``), ``parameters``
-    (values per .pt file, tied copies counted twice as upstream's manifest does), ``speakers``
-    (SFT) and ``voices`` (zero-shot bundles).
+    ``llm`` (Qwen2 sizes, speech tokens, head rows, sampling), ``files`` (MB or ``absent``),
+    ``parameters`` (values per .pt file, tied copies counted twice as upstream's manifest
+    does), ``speakers`` (SFT) and ``voices`` (zero-shot bundles).
 
     Raises:
         ModelDirError: ``model_dir`` is not a directory, a missing/unreadable file;
