@@ -337,10 +337,10 @@ class OpenVINOBackend(Backend):
         from cosyvino.families import detect_family
 
         family = detect_family(model_dir)
-        if family.name != "cosyvoice1":  # the IR export and these stages are v1's
-            raise BackendError(f"the openvino backend serves the cosyvoice1 family; "
-                               f"{model_dir} is {family.name!r}: use --backend onnxruntime or "
-                               "torch (they run any family's graph table)")
+        if family.name != "cosyvoice1":  # v1 has stages of its own; others run their table
+            from .graph_runner import load_graph_stages
+
+            return load_graph_stages(model_dir, **options)
         from .stages import OpenVINOStages
 
         return OpenVINOStages(model_dir, **options)
