@@ -276,11 +276,12 @@ class OpenVINOBackend(Backend):
             expected["openvino_version"] = openvino.get_version()
             if importlib.util.find_spec("torch") is not None:
                 try:
-                    from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
+                    layout = _export_layout(model_dir)
                 except ImportError:
                     pass  # the exporter cannot run here: convert() says why
                 else:
-                    expected["llm"] = dict(LLM_LAYOUT)
+                    if layout:
+                        expected["llm"] = layout
         return conversion_status(model_dir, out_dir, cls.name, expected)
 
     @classmethod
@@ -344,6 +345,22 @@ class OpenVINOBackend(Backend):
         from .stages import OpenVINOStages
 
         return OpenVINOStages(model_dir, **options)
+
+
+def _export_layout(model_dir: str) -> dict:
+    """The ``llm`` layout fields a fresh conversion of ``model_dir`` records: its family's
+    (:meth:`cosyvino.families.ModelFamily.export_layout`; v1's when the family cannot be
+    told, e.g. a missing dir: conversion_status says why). Raises ImportError: no exporter."""
+    from cosyvino.errors import CosyvinoError
+    from cosyvino.families import detect_family
+
+    try:
+        family = detect_family(model_dir)
+    except CosyvinoError:
+        from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
+
+        return dict(LLM_LAYOUT)
+    return family.export_layout("openvino")
 
 
 @hookimpl

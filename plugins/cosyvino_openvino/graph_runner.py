@@ -66,7 +66,9 @@ def _state_axis(model: ov.Model) -> int:
 class OpenVINOStateSession(GraphSession):
     """One request's state of a stateful graph: the state lives in this session's own
     InferRequest (``reset_state()`` empties it). ``run`` feeds the data inputs and
-    ``beam_idx = 0 .. B-1`` (every row continues from its own state). Not thread-safe."""
+    ``beam_idx = 0 .. B-1`` (every row continues from its own state); the first call after a
+    reset sets the batch (B empty rows) and every later call must have it (a row index past
+    the state's rows would crash the CPU plugin: refused before the call). Not thread-safe."""
 
     def __init__(self, spec: GraphSpec, compiled: ov.CompiledModel, state_axis: int,
                  pages: _PageReleaser | None = None,
@@ -80,6 +82,7 @@ class OpenVINOStateSession(GraphSession):
         self._data_out = [t.name for t in spec.data_outputs]
         self._req = compiled.create_infer_request()
         self._length = 0
+        self._rows = 0  # rows in the state; 0: empty (after a reset)
 
     def _check_open(self) -> None:
         if self._req is None:
@@ -89,6 +92,7 @@ class OpenVINOStateSession(GraphSession):
         self._check_open()
         self._req.reset_state()
         self._length = 0
+        self._rows = 0
 
     def close(self) -> None:
         """Drop the request and with it the state. Idempotent."""
@@ -105,6 +109,11 @@ class OpenVINOStateSession(GraphSession):
         feed = {name: np.ascontiguousarray(a, dtype) for (name, dtype), a in
                 zip(self._data_in, inputs)}
         rows = next(iter(feed.values())).shape[0]
+        if self._rows and rows != self._rows:
+            raise BackendError(f"graph {self._spec.name!r}: the state holds {self._rows} "
+                               f"rows, this call has {rows}; reset() first")
+        if not self._rows and rows > 1:
+            self._empty_rows(rows)
         feed[BEAM_IDX] = np.arange(rows, dtype=np.int32)
         self._intermediates.enter(self._spec.name)
         try:
@@ -115,8 +124,18 @@ class OpenVINOStateSession(GraphSession):
             self._intermediates.exit(self._spec.name)
         if self._pages is not None:
             self._pages.after_call(self._spec.name)
+        self._rows = rows
         self._length = -1  # known again on request (state_length)
         return [self._req.get_tensor(n).data.copy() for n in self._data_out]
+
+    def _empty_rows(self, rows: int) -> None:
+        """Set every (empty) state to ``rows`` empty rows: the plugin's stateful attention
+        gathers the rows by ``beam_idx`` from the state it holds, which after a reset has
+        none (gathering row 1 of it crashed the process)."""
+        for st in self._req.query_state():
+            shape = list(st.state.shape)
+            shape[0] = rows
+            st.state = ov.Tensor(np.zeros(shape, st.state.data.dtype))
 
     def state_length(self) -> int:
         """Positions in the state (read from the plugin: a copy of one state tensor)."""

@@ -99,7 +99,16 @@ class CosyVoice2(ModelFamily):
 
     @classmethod
     def speakers(cls, model_dir: str) -> list[str]:
-        """The SFT speakers of ``spk2info.pt`` (entries with an ``embedding``; imports torch)."""
+        """The SFT speakers of ``spk2info.pt`` (entries with an ``embedding``; imports torch);
+        of a converted dir, those of its voice files (numpy only).
+
+        Raises ConvertedModelError: a converted dir's voice files are unreadable."""
+        from cosyvino.converted import is_converted_dir
+
+        if is_converted_dir(model_dir):
+            from .voices import read_voice_files
+
+            return list(read_voice_files(model_dir)[0])
         from .speakers import load_cosyvoice2_spk2info
 
         path = os.path.join(model_dir, "spk2info.pt")

@@ -25,8 +25,12 @@ from ..base import GraphSpec, GraphTable, StateSpec, TensorSpec
 F32, I64 = "float32", "int64"
 #: the LLM cache tensors (stacked over layers: [L, 1, KH, positions, hd], sheet v2 §4.5)
 PAST_K, PAST_V, PRESENT_K, PRESENT_V = "past_k", "past_v", "present_k", "present_v"
-#: the ``chunk`` input of full attention (any sequence shorter than it is one chunk)
-FULL_ATTENTION = 1 << 30
+#: the ``chunk`` input of full attention (any sequence shorter than it is one chunk: the CFM
+#: noise table bounds a segment to 15000 frames). Small enough that the graphs' chunk
+#: arithmetic (``chunk * upsample_stride``, ``(i // chunk + 1) * chunk``) stays below 2**31:
+#: OpenVINO's CPU plugin computes int64 index tensors in int32, and 1 << 30 overflowed there
+#: (every key hidden, a wrong full-attention encoder)
+FULL_ATTENTION = 1 << 20
 #: graph names in table order
 GRAPH_NAMES = ("text_embedding", "speech_embedding", "special_embedding", "llm",
                "flow_encoder", "estimator", "hift_f0", "hift_source", "hift_decode")
