@@ -30,7 +30,7 @@ TEXT = "Hello world, this is a test."
 #: fp32 tolerance of a graph vs torch; the waveform's (HiFT amplifies: sheet v2 README)
 ATOL, WAV_ATOL = 1e-4, 1e-3
 #: a whole synthesis, OpenVINO vs torch: fp32 rounding of the graphs (within 1.8e-4, the HiFT
-#: decode's) through 10 CFM steps and the HiFT decode; measured max 2.2e-4 here (the ONNX
+#: decode's) through 10 CFM steps and the HiFT decode; measured max 8.0e-4 here (the ONNX
 #: Runtime test allows the same 5e-3)
 SYNTH_ATOL = 5e-3
 PARITY = {"precision": "f32", "kv_cache_precision": "f32"}
