@@ -119,10 +119,10 @@ def test_changed_source_makes_irs_stale(tmp_path, converted_dir):
 def test_failed_conversion_leaves_nothing(tmp_path, monkeypatch):
     from cosyvino.export.openvino import convert as conv
 
-    def boom(m):
+    def boom(m, spec, **kwargs):
         raise RuntimeError("conversion exploded")
 
-    monkeypatch.setattr(conv, "convert_llm", boom)
+    monkeypatch.setattr(conv, "convert_stateful", boom)  # the LLM step, mid-conversion
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="exploded"):
         conv.convert_model_dir(str(TINY_A), str(out))

@@ -1,8 +1,8 @@
 """Acceptance test of the model-family refactor: a made-up second family (``toyvoice``,
 tests/toyfamily: its own config file, torch model, graph table, stages, mode, frontend and
 program) is registered through the ``register_families`` hook and runs through the engine on the
-torch backend (the generic graph runner) and, converted by the generic ONNX exporter, on ONNX
-Runtime, without any change to the core for it."""
+torch backend (the generic graph runner) and, converted by the generic ONNX and OpenVINO
+exporters, on ONNX Runtime and OpenVINO, without any change to the core for it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ torch = pytest.importorskip("torch")
 import toyfamily  # noqa: E402  (tests/ is on sys.path: tests/conftest.py's dir)
 from cosyvino.audio import join_chunks
 from cosyvino import Synthesizer  # noqa: E402
-from cosyvino.errors import BackendError  # noqa: E402
 from cosyvino.families import detect_family, family_classes, get_family  # noqa: E402
 from cosyvino.plugins import get_plugin_manager  # noqa: E402
 from cosyvino.request import SynthesisRequest  # noqa: E402
@@ -104,13 +103,26 @@ def test_keyword_api_uses_the_family_default_mode(torch_tts):
     np.testing.assert_array_equal(a.samples, torch_tts.synthesize(_request(3)).samples)
 
 
-def test_openvino_refuses_another_family(toy_dir):
-    import importlib.util
+def test_openvino_converts_and_runs_the_toy_like_torch(toy_dir, torch_tts, tmp_path_factory):
+    """The OpenVINO exporter exports every row of the toy's table (its ``lm`` stateful, by
+    the row's state) and the backend runs it through its generic graph runner."""
+    pytest.importorskip("openvino")
+    from cosyvino_openvino.graph_runner import OpenVINOGraphRunner
+    from toyfamily.stages import ToyGraphStages
 
-    if importlib.util.find_spec("openvino") is None:
-        pytest.skip("openvino is not installed")
-    with pytest.raises(BackendError, match="serves the cosyvoice1 family"):
-        Synthesizer(toy_dir, backend="openvino")
+    from cosyvino.export.openvino import convert_model_dir
+
+    out = convert_model_dir(toy_dir, str(tmp_path_factory.mktemp("toy-ov") / "openvino"))
+    tts = Synthesizer(out, backend="openvino", precision="f32", kv_cache_precision="f32")
+    try:
+        assert isinstance(tts.stages, ToyGraphStages)
+        assert isinstance(tts.stages.runner, OpenVINOGraphRunner)
+        for seed in (3, 11):
+            got, want = tts.synthesize(_request(seed)), torch_tts.synthesize(_request(seed))
+            np.testing.assert_array_equal(got.speech_tokens, want.speech_tokens)
+            assert _maxabs(got.samples, want.samples) < WAV_ATOL
+    finally:
+        tts.close()
 
 
 def test_planner_sees_the_family_through_torch(toy_dir):

@@ -207,6 +207,11 @@ def _speaker_names(model_dir: str, *, required: bool = True) -> list[str] | None
     if not os.path.isdir(model_dir):
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
     if is_converted_dir(model_dir):  # no torch needed: names are in speakers.json
+        from cosyvino.families import detect_family
+
+        family = detect_family(model_dir)
+        if family.name != "cosyvoice1":  # its own serving files (v2: voices.json)
+            return family.speakers(model_dir)
         return read_speaker_names(model_dir)
     from cosyvino.families.cosyvoice1.checkpoint import read_speaker_names
 

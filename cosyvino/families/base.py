@@ -331,6 +331,27 @@ class ModelFamily(abc.ABC):
         return names
 
     @classmethod
+    def export_graph(cls, model, spec: GraphSpec, runtime: str) -> tuple[GraphSpec, Any]:
+        """What the ``runtime`` exporter (``"openvino"``, ``"onnx"``) traces for the table entry
+        ``spec`` of the loaded torch ``model``: ``(traced_spec, module)``. ``traced_spec`` has
+        the table entry's data inputs and outputs; a family may lay out its state otherwise
+        for a runtime that keeps the state inside the graph (OpenVINO: one state per layer,
+        what the CPU plugin's stateful attention works on). Default: ``(spec,
+        spec.torch_module(model))``. Imports torch (through the module factory).
+
+        Raises ValueError: ``spec`` has no torch module."""
+        if spec.torch_module is None:
+            raise ValueError(f"graph {spec.name!r} has no torch module to convert")
+        return spec, spec.torch_module(model)
+
+    @classmethod
+    def export_layout(cls, runtime: str) -> dict:
+        """The ``llm`` manifest fields the ``runtime`` exporter's layout of this family's
+        stateful graph records (``cosyvino convert`` rewrites a dir whose fields differ:
+        :func:`cosyvino.converted.conversion_status`). Default: none. May import torch."""
+        return {}
+
+    @classmethod
     def manifest_fields(cls, model, *, stateful: bool, llm_layout: dict | None = None) -> dict:
         """Family-specific manifest fields of a conversion of ``model`` (v1: the LLM's cache
         layout under ``llm``; ``stateful``: the runtime keeps the state in the graph;

@@ -276,11 +276,12 @@ class OpenVINOBackend(Backend):
             expected["openvino_version"] = openvino.get_version()
             if importlib.util.find_spec("torch") is not None:
                 try:
-                    from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
+                    layout = _export_layout(model_dir)
                 except ImportError:
                     pass  # the exporter cannot run here: convert() says why
                 else:
-                    expected["llm"] = dict(LLM_LAYOUT)
+                    if layout:
+                        expected["llm"] = layout
         return conversion_status(model_dir, out_dir, cls.name, expected)
 
     @classmethod
@@ -337,13 +338,29 @@ class OpenVINOBackend(Backend):
         from cosyvino.families import detect_family
 
         family = detect_family(model_dir)
-        if family.name != "cosyvoice1":  # the IR export and these stages are v1's
-            raise BackendError(f"the openvino backend serves the cosyvoice1 family; "
-                               f"{model_dir} is {family.name!r}: use --backend onnxruntime or "
-                               "torch (they run any family's graph table)")
+        if family.name != "cosyvoice1":  # v1 has stages of its own; others run their table
+            from .graph_runner import load_graph_stages
+
+            return load_graph_stages(model_dir, **options)
         from .stages import OpenVINOStages
 
         return OpenVINOStages(model_dir, **options)
+
+
+def _export_layout(model_dir: str) -> dict:
+    """The ``llm`` layout fields a fresh conversion of ``model_dir`` records: its family's
+    (:meth:`cosyvino.families.ModelFamily.export_layout`; v1's when the family cannot be
+    told, e.g. a missing dir: conversion_status says why). Raises ImportError: no exporter."""
+    from cosyvino.errors import CosyvinoError
+    from cosyvino.families import detect_family
+
+    try:
+        family = detect_family(model_dir)
+    except CosyvinoError:
+        from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
+
+        return dict(LLM_LAYOUT)
+    return family.export_layout("openvino")
 
 
 @hookimpl

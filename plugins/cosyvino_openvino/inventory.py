@@ -60,7 +60,7 @@ def _component_of(name: str) -> str | None:
     n = name.lower()
     if "estimator" in n:
         return "estimator"
-    if "llm" in n or "text_encoder" in n:
+    if "llm" in n or "text_encoder" in n or "embedding" in n:  # v2: the LLM's embedding IRs
         return "llm"
     if "hift" in n or "vocoder" in n or "f0" in n or "source" in n:
         return "vocoder"

@@ -102,17 +102,20 @@ def compile_properties(*, num_threads=None, precision="f32", kv_cache_precision=
     return props, llm_props
 
 
-def stage_properties(props: dict, stage_precision: dict | None) -> dict[str, dict]:
-    """Per-stage copies of ``props`` with ``stage_precision`` (stage -> "f32" | "bf16" |
-    "f16") as that stage's INFERENCE_PRECISION_HINT. A stage moved off f32 gets no CACHE_DIR
+def stage_properties(props: dict, stage_precision: dict | None,
+                     names=GRAPH_NAMES) -> dict[str, dict]:
+    """Per-stage copies of ``props`` for the graphs ``names`` (default: v1's) with
+    ``stage_precision`` (stage -> "f32" | "bf16" | "f16") as that stage's
+    INFERENCE_PRECISION_HINT. A stage moved off f32 gets no CACHE_DIR
     (the bf16-from-blob segfault of :func:`compile_properties`). Used for the vocoder of an
     INT8 dir, where bf16 pays and the int8-weight LLM's f32 does (docs/quantization.md).
     Raises BackendError for an unknown stage name or precision."""
-    per = {stage: dict(props) for stage in GRAPH_NAMES}
+    names = tuple(names)
+    per = {stage: dict(props) for stage in names}
     for stage, prec in (stage_precision or {}).items():
-        if stage not in GRAPH_NAMES:
+        if stage not in names:
             raise BackendError(f"stage_precision: unknown stage {stage!r}; known: "
-                               f"{', '.join(GRAPH_NAMES)}")
+                               f"{', '.join(names)}")
         if prec not in _PRECISIONS:
             raise BackendError(f"stage_precision[{stage!r}] must be one of "
                                f"{sorted(_PRECISIONS)}, got {prec!r}")
@@ -136,6 +139,49 @@ def stage_threads_properties(per_stage: dict[str, dict], stage_threads: dict | N
             raise BackendError(f"stage_threads[{stage!r}] must be an integer >= 1, got {n!r}")
         per_stage[stage]["INFERENCE_NUM_THREADS"] = n
     return per_stage
+
+
+def compile_ir(core: ov.Core, path: str, cfg: dict, *, dynamic_batch: bool = False
+               ) -> tuple[ov.CompiledModel, dict[str, int]]:
+    """Compile one IR for the CPU with properties ``cfg``; returns it and its rewrite counts
+    (``weight_broadcasts``, ``sin_squares``). IRs with broadcast weights
+    (:func:`fold_weight_broadcasts`) and, for a stage compiled in bf16, Snake ``sin^2`` terms
+    (:func:`polynomial_sin_squares`) are rewritten first; the others compile from the path
+    (its blob-cache key). ``dynamic_batch``: the inputs' first dim becomes dynamic (v1's
+    estimator: one compiled model serves batch 2 and the batched calls of several requests;
+    measured as fast as the static batch-2 IR at batch 2 and with no second copy of its
+    weights, docs/performance.md).
+
+    Raises BackendError: OpenVINO cannot read or compile it."""
+    try:
+        model = core.read_model(path)
+        if dynamic_batch:
+            model.reshape({p.get_any_name(): ov.PartialShape([-1] + list(
+                p.get_partial_shape())[1:]) for p in model.inputs})
+        folded = fold_weight_broadcasts(model)
+        if folded:
+            log.debug("%s: %d MatMul weights no longer broadcast", path, folded)
+        sines = (polynomial_sin_squares(model)
+                 if cfg.get("INFERENCE_PRECISION_HINT") == "bf16" else 0)
+        if sines:
+            log.debug("%s: %d sin^2 terms as polynomials", path, sines)
+        compiled = core.compile_model(model if folded or sines or dynamic_batch else path,
+                                      "CPU", cfg)
+    except Exception as e:  # openvino raises RuntimeError with a long message
+        raise BackendError(f"OpenVINO failed to compile {path}: {e}") from e
+    return compiled, {"weight_broadcasts": folded, "sin_squares": sines}
+
+
+def read_back(compiled: ov.CompiledModel) -> dict:
+    """The :data:`_REPORTED` properties the CPU plugin chose for ``compiled`` (as strings)."""
+    out = {}
+    for key in _REPORTED:
+        try:
+            v = compiled.get_property(key)
+            out[key] = v.get_type_name() if isinstance(v, ov.Type) else str(v)
+        except Exception:  # property not supported by this device/version
+            pass
+    return out
 
 
 class _PageReleaser:
@@ -391,31 +437,11 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
                          for k, v in compiled.items() if k != "llm"}
 
     def _compile(self, path: str, cfg: dict, dynamic_batch: bool = False) -> ov.CompiledModel:
-        """Compile one IR; IRs with broadcast weights (:func:`fold_weight_broadcasts`) and, for
-        a stage compiled in bf16, Snake ``sin^2`` terms (:func:`polynomial_sin_squares`) are
-        rewritten first (counts in ``self.load_rewrites`` by IR file name); the others compile
-        from the path (its blob-cache key). ``dynamic_batch``: the inputs' first dim becomes
-        dynamic (the estimator: one compiled model serves batch 2 and the batched calls of
-        several requests; measured as fast as the static batch-2 IR at batch 2 and with no
-        second copy of its weights, docs/performance.md)."""
-        try:
-            model = self.core.read_model(path)
-            if dynamic_batch:
-                model.reshape({p.get_any_name(): ov.PartialShape([-1] + list(
-                    p.get_partial_shape())[1:]) for p in model.inputs})
-            folded = fold_weight_broadcasts(model)
-            if folded:
-                log.debug("%s: %d MatMul weights no longer broadcast", path, folded)
-            sines = (polynomial_sin_squares(model)
-                     if cfg.get("INFERENCE_PRECISION_HINT") == "bf16" else 0)
-            if sines:
-                log.debug("%s: %d sin^2 terms as polynomials", path, sines)
-            self.load_rewrites[os.path.basename(path)] = {"weight_broadcasts": folded,
-                                                          "sin_squares": sines}
-            return self.core.compile_model(
-                model if folded or sines or dynamic_batch else path, "CPU", cfg)
-        except Exception as e:  # openvino raises RuntimeError with a long message
-            raise BackendError(f"OpenVINO failed to compile {path}: {e}") from e
+        """:func:`compile_ir` with its rewrite counts in ``self.load_rewrites`` (by IR file
+        name)."""
+        compiled, rewrites = compile_ir(self.core, path, cfg, dynamic_batch=dynamic_batch)
+        self.load_rewrites[os.path.basename(path)] = rewrites
+        return compiled
 
     def kernel_isas(self) -> dict[str, dict[str, int]]:
         """Per stage, ``{ISA class: heavy nodes}`` of the kernels the CPU plugin runs
@@ -427,14 +453,7 @@ class OpenVINOStages(ServingTablesMixin, CosyVoice1Stages):
 
     @staticmethod
     def _read_back(compiled: ov.CompiledModel) -> dict:
-        out = {}
-        for key in _REPORTED:
-            try:
-                v = compiled.get_property(key)
-                out[key] = v.get_type_name() if isinstance(v, ov.Type) else str(v)
-            except Exception:  # property not supported by this device/version
-                pass
-        return out
+        return read_back(compiled)
 
     # ---- LLM -------------------------------------------------------------------------------
     def encode_text(self, text_token):

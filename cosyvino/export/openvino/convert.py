@@ -2,15 +2,19 @@
 
 :func:`convert_model_dir` drives ``openvino.convert_model`` once per graph of the model
 family's graph table (:class:`cosyvino.families.GraphTable`, v1:
-:mod:`cosyvino.families.cosyvoice1.graphs`): the entry's ``torch_module`` traced on its
-``example_inputs()`` (TorchScript tracing), then the entry's input/output names and partial
-shapes (dynamic dims -1) set on the IR, saved as ``<stem>.xml`` / ``.bin`` with fp32 or fp16
-weights. OpenVINO-specific, on top of the table: the LLM step is traced as
-:class:`.model_patcher.LLMCacheStep` with SDPA attention (:func:`.model_patcher.sdpa_attention`)
-and one stacked q/k/v projection per layer (:func:`.model_patcher.fused_qkv`), and made
-stateful from the entry's state specs (:mod:`.stateful`); the estimator's linears are traced
-as plain MatMuls (:mod:`cosyvino.export.estimator_linears`). The small tables as numpy files
-and the manifest (:mod:`cosyvino.converted`) are written by
+:mod:`cosyvino.families.cosyvoice1.graphs`, v2: :mod:`cosyvino.families.cosyvoice2.graphs`):
+the module the family's :meth:`~cosyvino.families.ModelFamily.export_graph` hook gives for the
+entry (by default its ``torch_module``) traced on the entry's ``example_inputs()``
+(TorchScript tracing), then the traced spec's input/output names and partial shapes (dynamic
+dims -1) set on the IR, saved as ``<stem>.xml`` / ``.bin`` with fp32 or fp16 weights.
+OpenVINO-specific, on top of the table: a graph with state (:attr:`GraphSpec.state`, the LLM
+step) is traced with SDPA attention (:func:`.model_patcher.sdpa_attention`) and one stacked
+q/k/v projection per layer (:func:`.model_patcher.fused_qkv`) — both act on v1's rel-pos
+attentions only, a no-op for other modules — and made stateful from the traced spec's state
+specs (:mod:`.stateful`); v1's step is :class:`.model_patcher.LLMCacheStep`, v2's has one state
+per layer (:class:`cosyvino.families.cosyvoice2.torch.llm.LayerCacheStep`). The estimator's
+linears are traced as plain MatMuls (:mod:`cosyvino.export.estimator_linears`). The small
+tables as numpy files and the manifest (:mod:`cosyvino.converted`) are written by
 :func:`cosyvino.export.common.convert_atomically`, which also makes the output appear
 atomically: everything is written to a temp dir next to it and renamed at the end.
 """
@@ -26,16 +30,18 @@ import torch
 
 from ... import __version__
 from ...converted import DEFAULT_SUBDIR, FORMAT, file_record
+from ...errors import ModelDirError
 from ...families import GraphSpec, GraphTable
 from cosyvino.families.cosyvoice1.torch.loading import TorchModel
-from ..common import Progress, convert_atomically, model_graphs
+from ..common import Progress, convert_atomically, model_family, model_graphs
 from ..estimator_linears import plain_estimator_linears
-from .model_patcher import LLM_LAYOUT, LLMCacheStep, fused_qkv, sdpa_attention
+from .model_patcher import fused_qkv, sdpa_attention
 from .stateful import make_llm_stateful
 
 WEIGHTS = ("fp32", "fp16")
-#: the table entry traced as the OpenVINO LLM step (:func:`convert_llm`) instead of its own
-#: ``torch_module``: the SDPA patch and the stateful transform are written for this graph
+#: the runtime name the family hooks (``export_graph``, ``export_layout``) are asked for
+RUNTIME = "openvino"
+#: v1's LLM step, what :func:`convert_llm` converts (benchmarks/llm_batch.py)
 LLM_GRAPH = "llm"
 
 
@@ -92,17 +98,32 @@ def convert_graph(m: TorchModel, spec: GraphSpec, module: torch.nn.Module | None
     return name_and_shape(om, spec)
 
 
-def convert_llm(m: TorchModel, *, stateful: bool = True) -> ov.Model:
-    """The table's :data:`LLM_GRAPH` entry as the OpenVINO LLM step: stateful (its data
-    inputs + ``beam_idx`` -> its data outputs; the entry's states in OpenVINO state) or with
-    the state as explicit inputs/outputs (the entry's own tensors)."""
-    spec = model_graphs(m)[LLM_GRAPH]
-    step = LLMCacheStep(m.llm)
-    with sdpa_attention(m.llm), fused_qkv(m.llm):
-        om = convert_graph(m, spec, step)
+def convert_stateful(m, spec: GraphSpec, *, stateful: bool = True) -> ov.Model:
+    """The table entry ``spec`` (a graph with state) as the family's OpenVINO step
+    (:meth:`~cosyvino.families.ModelFamily.export_graph`), traced with the SDPA and fused-q/k/v
+    patches; stateful (its data inputs + ``beam_idx`` -> its data outputs, the traced spec's
+    states in OpenVINO state) or with the state as explicit inputs/outputs (the traced
+    spec's tensors)."""
+    traced, step = model_family(m.path).export_graph(m, spec, RUNTIME)
+    with sdpa_attention(step), fused_qkv(step):
+        om = convert_graph(m, traced, step)
     if stateful:
-        make_llm_stateful(om, spec.state)
+        make_llm_stateful(om, traced.state)
     return om
+
+
+def convert_llm(m: TorchModel, *, stateful: bool = True) -> ov.Model:
+    """The table's :data:`LLM_GRAPH` entry as the OpenVINO LLM step (:func:`convert_stateful`)."""
+    return convert_stateful(m, model_graphs(m)[LLM_GRAPH], stateful=stateful)
+
+
+def convert_entry(m, spec: GraphSpec) -> ov.Model:
+    """One table entry as the IR the converted dir holds: stateful graphs through
+    :func:`convert_stateful`, the others through the family's module for OpenVINO."""
+    if spec.state:
+        return convert_stateful(m, spec)
+    traced, module = model_family(m.path).export_graph(m, spec, RUNTIME)
+    return convert_graph(m, traced, module)
 
 
 def _save_ir(model: ov.Model, out_dir: str, stem: str, stage: str, weights: str) -> None:
@@ -128,7 +149,7 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
                      start: float) -> None:
         for name, spec in table.items():
             stage_start = time.perf_counter()
-            model = convert_llm(m) if name == LLM_GRAPH else convert_graph(m, spec)
+            model = convert_entry(m, spec)
             _save_ir(model, tmp, spec.stem, name, weights)
             del model
             for ext in (".xml", ".bin"):
@@ -139,6 +160,10 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
             now = time.perf_counter()
             say(f"converted {name} in {now - stage_start:.0f} s ({now - start:.0f} s in all)")
 
+    try:
+        layout = model_family(model_dir).export_layout(RUNTIME)
+    except ModelDirError:
+        layout = {}  # convert_atomically reports the bad dir
     header = {
         "format": FORMAT,
         "cosyvino_version": __version__,
@@ -147,4 +172,4 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
     }
     return convert_atomically(model_dir, out_dir, DEFAULT_SUBDIR, write_stages=write_stages,
                               header=header, stateful=True, progress=progress,
-                              overwrite=overwrite, llm_layout=LLM_LAYOUT)
+                              overwrite=overwrite, llm_layout=layout)

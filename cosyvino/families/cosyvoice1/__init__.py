@@ -81,6 +81,27 @@ class CosyVoice1(ModelFamily):
         return write_serving_files(model, model_dir, out_dir)
 
     @classmethod
+    def export_graph(cls, model, spec, runtime: str):
+        """OpenVINO traces the stateful ``llm`` step as
+        :class:`cosyvino.export.openvino.model_patcher.LLMCacheStep` (its positional tables in
+        windows of ``POS_BUCKET`` rows); every other graph, and every graph for ONNX, is the
+        table's own module."""
+        if runtime == "openvino" and spec.state:
+            from cosyvino.export.openvino.model_patcher import LLMCacheStep
+
+            return spec, LLMCacheStep(model.llm)
+        return super().export_graph(model, spec, runtime)
+
+    @classmethod
+    def export_layout(cls, runtime: str) -> dict:
+        """OpenVINO: :data:`cosyvino.export.openvino.model_patcher.LLM_LAYOUT` (imports torch)."""
+        if runtime == "openvino":
+            from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
+
+            return dict(LLM_LAYOUT)
+        return {}
+
+    @classmethod
     def manifest_fields(cls, model, *, stateful: bool, llm_layout: dict | None = None) -> dict:
         from .serving_files import llm_cache_layout
 

@@ -76,6 +76,39 @@ class CosyVoice2(ModelFamily):
         return load_torch_model(model_dir)
 
     @classmethod
+    def export_graph(cls, model, spec, runtime: str):
+        """OpenVINO traces the stateful ``llm`` with one cache state per layer and K/V
+        (:func:`.graphs.layer_state_spec`, :class:`.torch.llm.LayerCacheStep`); every other
+        graph, and every graph for ONNX, is the table's own module."""
+        if runtime == "openvino" and spec.state:
+            from .graphs import layer_state_spec
+            from .torch.llm import LayerCacheStep
+
+            return layer_state_spec(spec), LayerCacheStep(model.llm)
+        return super().export_graph(model, spec, runtime)
+
+    @classmethod
+    def export_layout(cls, runtime: str) -> dict:
+        """OpenVINO: :data:`.graphs.OPENVINO_LLM_LAYOUT`."""
+        if runtime == "openvino":
+            from .graphs import OPENVINO_LLM_LAYOUT
+
+            return dict(OPENVINO_LLM_LAYOUT)
+        return {}
+
+    @classmethod
+    def manifest_fields(cls, model, *, stateful: bool, llm_layout: dict | None = None) -> dict:
+        """For a stateful (OpenVINO) conversion, ``llm``: the cache layout (``layers``,
+        ``kv_heads``, ``head_dim``), ``stateful`` and the exporter's ``llm_layout``; none for
+        a conversion that feeds the state back (ONNX)."""
+        if not stateful:
+            return {}
+        q = model.config.llm.qwen
+        return {"llm": {"layers": q.num_hidden_layers, "kv_heads": q.num_key_value_heads,
+                        "head_dim": q.attention_head_dim, "stateful": True,
+                        **(llm_layout or {})}}
+
+    @classmethod
     def write_serving_files(cls, model, model_dir: str, out_dir: str) -> list[str]:
         from .serving_files import write_serving_files
 
@@ -83,7 +116,16 @@ class CosyVoice2(ModelFamily):
 
     @classmethod
     def speakers(cls, model_dir: str) -> list[str]:
-        """The SFT speakers of ``spk2info.pt`` (entries with an ``embedding``; imports torch)."""
+        """The SFT speakers of ``spk2info.pt`` (entries with an ``embedding``; imports torch);
+        of a converted dir, those of its voice files (numpy only).
+
+        Raises ConvertedModelError: a converted dir's voice files are unreadable."""
+        from cosyvino.converted import is_converted_dir
+
+        if is_converted_dir(model_dir):
+            from .voices import read_voice_files
+
+            return list(read_voice_files(model_dir)[0])
         from .speakers import load_cosyvoice2_spk2info
 
         path = os.path.join(model_dir, "spk2info.pt")

@@ -16,7 +16,7 @@ file serves streaming and whole-segment calls.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -25,8 +25,12 @@ from ..base import GraphSpec, GraphTable, StateSpec, TensorSpec
 F32, I64 = "float32", "int64"
 #: the LLM cache tensors (stacked over layers: [L, 1, KH, positions, hd], sheet v2 §4.5)
 PAST_K, PAST_V, PRESENT_K, PRESENT_V = "past_k", "past_v", "present_k", "present_v"
-#: the ``chunk`` input of full attention (any sequence shorter than it is one chunk)
-FULL_ATTENTION = 1 << 30
+#: the ``chunk`` input of full attention (any sequence shorter than it is one chunk: the CFM
+#: noise table bounds a segment to 15000 frames). Small enough that the graphs' chunk
+#: arithmetic (``chunk * upsample_stride``, ``(i // chunk + 1) * chunk``) stays below 2**31:
+#: OpenVINO's CPU plugin computes int64 index tensors in int32, and 1 << 30 overflowed there
+#: (every key hidden, a wrong full-attention encoder)
+FULL_ATTENTION = 1 << 20
 #: graph names in table order
 GRAPH_NAMES = ("text_embedding", "speech_embedding", "special_embedding", "llm",
                "flow_encoder", "estimator", "hift_f0", "hift_source", "hift_decode")
@@ -201,4 +205,44 @@ def graph_table(config) -> GraphTable:
     ])
 
 
-__all__ = ["GRAPH_NAMES", "V2GraphSpec", "graph_table"]
+#: the OpenVINO export's LLM layout (manifest ``llm`` fields, compared by ``cosyvino convert``):
+#: one state per layer and K/V (:func:`layer_state_spec`); RoPE positions from the cache length
+#: inside the graph (no positional inputs)
+OPENVINO_LLM_LAYOUT = {"state": "per_layer", "positional": "rope_in_graph"}
+
+
+def layer_key_names(layers: int) -> list[tuple[str, str, str, str]]:
+    """Per layer ``(past key, past value, present key, present value)`` tensor names (the
+    stateful LLM convention OpenVINO's tools and v1's step use)."""
+    return [(f"past_key_values.{i}.key", f"past_key_values.{i}.value", f"present.{i}.key",
+             f"present.{i}.value") for i in range(layers)]
+
+
+def layer_state_spec(spec: GraphSpec) -> GraphSpec:
+    """The ``llm`` entry ``spec`` with its stacked caches (``past_k`` / ``past_v`` ``[L, B, KH,
+    P, hd]``) split into one tensor per layer and K/V (``past_key_values.{i}.key`` ...
+    ``[B, KH, P, hd]``, :func:`layer_key_names`), in the order ``k0, v0, k1, v1, ...``; the
+    data inputs and outputs are the entry's. The module of this layout is
+    :class:`~.torch.llm.LayerCacheStep`.
+
+    Raises ValueError: ``spec`` has not the two stacked states of the table's ``llm``."""
+    by_input = {s.input: s for s in spec.state}
+    if set(by_input) != {PAST_K, PAST_V}:
+        raise ValueError(f"graph {spec.name!r}: expected the states {PAST_K}, {PAST_V}")
+    stacked = {t.name: t for t in (*spec.inputs, *spec.outputs)}
+    layers = by_input[PAST_K].init_shape[0]
+    past_shape = stacked[PAST_K].shape[1:]
+    present_shape = stacked[PRESENT_K].shape[1:]
+    init = by_input[PAST_K].init_shape[1:]
+    axis = by_input[PAST_K].axis - 1
+    ins, outs, states = [], [], []
+    for pk, pv, qk, qv in layer_key_names(layers):
+        ins += [TensorSpec(pk, F32, past_shape), TensorSpec(pv, F32, past_shape)]
+        outs += [TensorSpec(qk, F32, present_shape), TensorSpec(qv, F32, present_shape)]
+        states += [StateSpec(pk, qk, init, axis=axis), StateSpec(pv, qv, init, axis=axis)]
+    return replace(spec, inputs=(*spec.data_inputs, *ins), outputs=(*spec.data_outputs, *outs),
+                   state=tuple(states))
+
+
+__all__ = ["GRAPH_NAMES", "OPENVINO_LLM_LAYOUT", "V2GraphSpec", "graph_table",
+           "layer_key_names", "layer_state_spec"]

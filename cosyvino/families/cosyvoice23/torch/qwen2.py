@@ -65,6 +65,17 @@ class Qwen2Attention(nn.Module):
         self.v_proj = nn.Linear(d, cfg.kv_width, bias=True)
         self.o_proj = nn.Linear(cfg.q_width, d, bias=False)
 
+    def repeat_kv(self, kv: Tensor) -> Tensor:
+        """``[B, kv_heads, P, hd] -> [B, heads, P, hd]``, query head ``h`` reading KV head
+        ``h // group``: the same values as ``repeat_interleave(group, dim=1)``, written as
+        transformers' ``repeat_kv`` (unsqueeze, expand, reshape) because that is the grouped
+        query pattern OpenVINO's CPU plugin fuses into its stateful attention with the KV
+        cache; ``repeat_interleave`` converts to a ``Tile`` it does not match, and then the
+        attention is decomposed and the cache copied every step."""
+        b, kvh, p, hd = kv.shape
+        group = self.num_heads // self.num_kv_heads
+        return kv[:, :, None].expand(b, kvh, group, p, hd).reshape(b, kvh * group, p, hd)
+
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, past_k: Tensor, past_v: Tensor,
                 mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Attend ``T`` new positions to ``P`` cached ones and themselves.
@@ -84,10 +95,8 @@ class Qwen2Attention(nn.Module):
         k = k * cos + rotate_half(k) * sin
         k_all = torch.cat([past_k, k], dim=2)
         v_all = torch.cat([past_v, v], dim=2)
-        group = self.num_heads // self.num_kv_heads
         # query head h reads KV head h // group (transformers' repeat_kv order)
-        keys = k_all.repeat_interleave(group, dim=1)
-        values = v_all.repeat_interleave(group, dim=1)
+        keys, values = self.repeat_kv(k_all), self.repeat_kv(v_all)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
         return self.o_proj(out), k_all, v_all
@@ -169,15 +178,25 @@ class Qwen2Model(nn.Module):
             CosyVoice speech head); ``present_k``, ``present_v`` ``[layers, B, kv_heads, P+T,
             head_dim]``.
         """
+        pasts = [(past_k[i], past_v[i]) for i in range(len(self.layers))]
+        h, presents = self.forward_layers(inputs_embeds, pasts)
+        return (h, torch.stack([k for k, _ in presents]),
+                torch.stack([v for _, v in presents]))
+
+    def forward_layers(self, inputs_embeds: Tensor, pasts: list[tuple[Tensor, Tensor]]
+                       ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """:meth:`forward` with the cache as one ``(past_k, past_v)`` pair per layer, each
+        float32 ``[B, kv_heads, P, head_dim]``; returns ``hidden`` and the per-layer
+        ``(present_k, present_v)`` ``[B, kv_heads, P+T, head_dim]``. The layout of an export
+        that keeps one state per layer (the OpenVINO stateful step)."""
         t = inputs_embeds.shape[1]
-        p = past_k.shape[3]
+        p = pasts[0][0].shape[2]
         cos, sin = self.rope(p, t)
         # query i (absolute position p+i) sees keys 0 .. p+i
         mask = torch.arange(p + t)[None, :] <= (torch.arange(t)[:, None] + p)
         x = inputs_embeds
-        ks, vs = [], []
-        for i, layer in enumerate(self.layers):
-            x, k, v = layer(x, cos, sin, past_k[i], past_v[i], mask)
-            ks.append(k)
-            vs.append(v)
-        return self.norm(x), torch.stack(ks), torch.stack(vs)
+        presents = []
+        for layer, (pk, pv) in zip(self.layers, pasts):
+            x, k, v = layer(x, cos, sin, pk, pv, mask)
+            presents.append((k, v))
+        return self.norm(x), presents
