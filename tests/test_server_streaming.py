@@ -320,5 +320,6 @@ def test_vc_cut_at_the_timeout_fails_curl(short_timeout_server, gate, caplog, tm
     assert metric(url, "cosyvino_streams_cut_total",
                   'endpoint="/inference_vc",reason="timeout"') == before + 1
     (record,) = _cut_log(caplog, "timeout")
-    assert "/inference_vc raw" in record.getMessage()
+    assert "/inference_vc raw, " in record.getMessage()
+    assert "bytes of source audio" in record.getMessage()
     assert "did not finish within 8 s" in record.getMessage()
