@@ -357,23 +357,30 @@ def header_seconds(source: AudioSource) -> float | None:
     decisions before decoding (the server's admission); never raises."""
     if isinstance(source, (tuple, np.ndarray)) or hasattr(source, "samples"):
         return None
+    return _soundfile_seconds(source) or _av_seconds(source)
+
+
+def _soundfile_seconds(source) -> float | None:
     try:
         import soundfile as sf
 
         info = sf.info(_reopen(source))
-        if info.samplerate > 0 and info.frames > 0:
-            return float(info.frames) / float(info.samplerate)
     except Exception:  # noqa: BLE001 - libsndfile's errors for what it cannot read
-        pass
+        return None
+    if info.samplerate > 0 and info.frames > 0:
+        return float(info.frames) / float(info.samplerate)
+    return None
+
+
+def _av_seconds(source) -> float | None:
     try:
         import av
 
         with av.open(_reopen(source), mode="r") as container:
-            if container.duration and container.duration > 0:
-                return float(container.duration) / 1_000_000  # AV_TIME_BASE: microseconds
+            duration = container.duration
     except Exception:  # noqa: BLE001 - not audio, no PyAV, a damaged header
-        pass
-    return None
+        return None
+    return float(duration) / 1_000_000 if duration and duration > 0 else None  # AV_TIME_BASE
 
 
 def _mono(data: np.ndarray, what: str, described: str) -> np.ndarray:
