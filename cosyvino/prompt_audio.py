@@ -349,6 +349,40 @@ def read_audio(source: AudioSource, *, what: str = "prompt audio",
     return _mono(data, what, _describe(source)), rate, channels
 
 
+def header_seconds(source: AudioSource) -> float | None:
+    """The duration (s) a recording's header states, without decoding it: libsndfile's frame
+    count over its rate, else PyAV's container duration (when installed). None when neither
+    reads a length (not audio, a stream without one, decoded samples given): the caller then
+    learns it by decoding (:func:`read_audio`, which raises the typed errors). For cheap
+    decisions before decoding (the server's admission); never raises."""
+    if isinstance(source, (tuple, np.ndarray)) or hasattr(source, "samples"):
+        return None
+    return _soundfile_seconds(source) or _av_seconds(source)
+
+
+def _soundfile_seconds(source) -> float | None:
+    try:
+        import soundfile as sf
+
+        info = sf.info(_reopen(source))
+    except Exception:  # noqa: BLE001 - libsndfile's errors for what it cannot read
+        return None
+    if info.samplerate > 0 and info.frames > 0:
+        return float(info.frames) / float(info.samplerate)
+    return None
+
+
+def _av_seconds(source) -> float | None:
+    try:
+        import av
+
+        with av.open(_reopen(source), mode="r") as container:
+            duration = container.duration
+    except Exception:  # noqa: BLE001 - not audio, no PyAV, a damaged header
+        return None
+    return float(duration) / 1_000_000 if duration and duration > 0 else None  # AV_TIME_BASE
+
+
 def _mono(data: np.ndarray, what: str, described: str) -> np.ndarray:
     if not np.isfinite(data).all():
         raise InvalidAudioError(f"{what}: {described} contains NaN or infinite samples")

@@ -297,3 +297,18 @@ def test_bytes_that_are_not_audio_name_no_object_address():
         msgs.add(str(e.value))
     (msg,) = msgs
     assert "0x" not in msg and "<27 bytes>" in msg
+
+
+def test_header_seconds_reads_the_length_without_decoding(tmp_path):
+    """The server's admission judges a recording by its header's length before the prompt
+    models run (issue 33): WAV/FLAC by libsndfile, others by PyAV's container duration; None
+    (never an error) for what states no length."""
+    from cosyvino.prompt_audio import header_seconds
+
+    assert header_seconds(CROSS_LINGUAL.read_bytes()) == pytest.approx(13.75, abs=0.01)
+    assert header_seconds(str(ZERO_SHOT)) == pytest.approx(3.48, abs=0.01)
+    flac = io.BytesIO()
+    sf.write(flac, np.zeros(16000 * 2, np.float32), 16000, format="FLAC")
+    assert header_seconds(flac.getvalue()) == pytest.approx(2.0)
+    assert header_seconds(b"") is None and header_seconds(b"not audio at all") is None
+    assert header_seconds((np.zeros(100, np.float32), 16000)) is None

@@ -686,7 +686,7 @@ def test_input_that_cannot_finish_within_the_timeout_is_refused_up_front(serial_
         s.state.pool.estimator.observe_chunk(10.0, 10.0, alone=True)
         r = post(s.url, {"input": LONG, "voice": VOICE, "response_format": "wav"})
         err = assert_error(r, 400, "input", "input_too_long")
-        assert "request timeout is 5 s" in err["message"]
+        assert "request timeout of 5 s" in err["message"]
         r = httpx.post(s.url + "/inference_sft", data={"tts_text": LONG, "spk_id": VOICE},
                        timeout=60)
         assert_error(r, 400, "tts_text", "input_too_long")

@@ -286,3 +286,40 @@ def test_a_request_cancelled_by_the_asgi_server_before_its_headers_gets_the_503(
     assert headers[b"retry-after"] == b"5"
     assert _json.loads(sent[1]["body"])["error"]["code"] == "server_busy"
     assert resp.cancel.is_set()
+
+
+def test_vc_cut_at_the_timeout_fails_curl(short_timeout_server, gate, caplog, tmp_path):
+    """Issue 33 (trial 2, item 2): the README's /inference_vc example ran past the timeout and
+    `curl -s ... -o vc.pcm` showed nothing: the 200 body holding 1.32 s of the 13.75 s. A cut
+    raw stream must end without its terminating chunk so curl fails (exit 18, which -sS
+    prints), and the server logs the cut."""
+    import shutil
+    import subprocess
+
+    from conftest import FIXTURES
+
+    curl = shutil.which("curl")
+    if curl is None:
+        pytest.skip("no curl on PATH")
+    url = short_timeout_server.url
+    before = metric(url, "cosyvino_streams_cut_total",
+                    'endpoint="/inference_vc",reason="timeout"')
+    gate.reset(mode="hold", at=2)  # held until the request's 8 s have passed
+    out = tmp_path / "vc.pcm"
+    with caplog.at_level(logging.WARNING, logger="cosyvino.server"):
+        proc = subprocess.run(
+            [curl, "-sSf", url + "/inference_vc",
+             "-F", f"source_wav=@{FIXTURES / 'cross_lingual_prompt.wav'}",
+             "-F", f"prompt_wav=@{FIXTURES / 'zero_shot_prompt.wav'}", "-o", str(out)],
+            capture_output=True, text=True, timeout=120, check=False)
+    gate.release.set()
+    assert proc.returncode == 18, (proc.returncode, proc.stderr)
+    assert "curl: (18)" in proc.stderr  # what -S shows the user
+    data = out.read_bytes()
+    assert 0 < len(data) and len(data) % 2 == 0  # whole int16 samples up to the cut
+    assert metric(url, "cosyvino_streams_cut_total",
+                  'endpoint="/inference_vc",reason="timeout"') == before + 1
+    (record,) = _cut_log(caplog, "timeout")
+    assert "/inference_vc raw, " in record.getMessage()
+    assert "bytes of source audio" in record.getMessage()
+    assert "did not finish within 8 s" in record.getMessage()

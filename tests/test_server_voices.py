@@ -237,7 +237,7 @@ def test_vc_that_cannot_fit_alone_names_the_source_audio(server):
 
     pool = server.state.pool
     try:
-        # measured alone: 100 s per s of converted speech; 1.5 s x 100 x 1.25 > 60 s
+        # measured alone: 100 s per s of converted speech; 1.5 s x 100 > 1.5 x 60 s
         pool.estimator.observe_chunk(500.0, 5.0, "vc", alone=True)
         r = post(server, "/inference_vc", files={"source_wav": ("s.wav", SOURCE),
                                                  "prompt_wav": ("p.wav", PROMPT)})
@@ -248,6 +248,86 @@ def test_vc_that_cannot_fit_alone_names_the_source_audio(server):
         r = post(server, "/inference_cross_lingual", {"tts_text": TEXT},
                  {"prompt_wav": ("p.wav", PROMPT)})
         assert r.status_code == 200, r.text
+    finally:
+        pool.estimator = WorkEstimator(pool.clock)
+
+
+class _Spy:
+    """Counts calls of the pool's ``validate`` (where recordings go through the prompt
+    models)."""
+
+    def __init__(self, pool):
+        self.pool, self.calls, self.original = pool, 0, pool.validate
+
+        def validate(request):
+            self.calls += 1
+            return self.original(request)
+
+        pool.validate = validate
+
+    def restore(self):
+        del self.pool.validate  # the bound method again
+
+
+def test_vc_admission_answers_before_the_prompt_models(server):
+    """Issue 33 (trial 2, item 4): under load a vc 503 took 42.9 s to arrive (TTS 503s 0.6 s):
+    the recordings went through the prompt models before admission decided. The source's
+    duration from its header decides first: the prompt models never run for a refusal."""
+    from cosyvino.server.pool import Ticket, WorkEstimator
+
+    pool = server.state.pool
+    spy = _Spy(pool)
+    try:
+        # never fits alone (1.5 s x 100 > 1.5 x 60 s): 400, nothing validated
+        pool.estimator.observe_chunk(500.0, 5.0, "vc", alone=True)
+        r = post(server, "/inference_vc", files={"source_wav": ("s.wav", SOURCE),
+                                                 "prompt_wav": ("p.wav", PROMPT)})
+        assert_error(r, 400, "source_wav", "input_too_long", "1.5 s long")
+        assert spy.calls == 0
+        # busy: 100 s of speech running at 40 s per s; the conversion would be late: 503
+        pool.estimator = WorkEstimator(pool.clock)
+        pool.estimator.observe_chunk(400.0, 10.0)
+        with pool._lock:
+            pool._started.append(Ticket(speech=100.0))
+        try:
+            for path, fields in (("/inference_vc", {}),
+                                 ("/inference_cross_lingual", {"tts_text": TEXT * 3})):
+                files = {"prompt_wav": ("p.wav", PROMPT)}
+                if path == "/inference_vc":
+                    files["source_wav"] = ("s.wav", SOURCE)
+                r = post(server, path, fields, files)
+                assert_error(r, 503, None, "server_busy")
+                assert 1 <= int(r.headers["retry-after"]) <= 60
+            assert spy.calls == 0
+        finally:
+            with pool._lock:
+                pool._started.clear()
+        # idle again: admitted, though the current rate says 1.5 x 40 x 1.25 = 75 s > 60 s
+        r = post(server, "/inference_vc", {"seed": "5"},
+                 {"source_wav": ("s.wav", SOURCE), "prompt_wav": ("p.wav", PROMPT)})
+        assert len(pcm(r)) > 0 and spy.calls == 1
+    finally:
+        spy.restore()
+        pool.estimator = WorkEstimator(pool.clock)
+
+
+def test_an_idle_server_admits_vc_after_a_cut_request(server):
+    """Issue 33 (trial 2, item 1): after one vc request was cut at the timeout, every vc
+    request on the idle server got 503 + Retry-After: 1 for ever (under 5 s of vc measured
+    alone: no 400, and no more could be measured). An idle server admits."""
+    from cosyvino.server.pool import WorkEstimator
+
+    pool = server.state.pool
+    try:
+        pool.estimator.observe_chunk(100.0, 10.0)            # plain measured: confident
+        pool.estimator.observe_chunk(120.0, 1.32, "vc", alone=True)  # the cut request
+        assert not pool.estimator.knows_quiet("vc")
+        ready = httpx.get(server.url + "/ready", timeout=30).json()
+        assert ready["in_flight"] == 0 and ready["admission"]["backlog_seconds"] == 0
+        for _ in range(2):
+            r = post(server, "/inference_vc", {"seed": "5"},
+                     {"source_wav": ("s.wav", SOURCE), "prompt_wav": ("p.wav", PROMPT)})
+            assert len(pcm(r)) > 0
     finally:
         pool.estimator = WorkEstimator(pool.clock)
 

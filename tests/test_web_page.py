@@ -7,7 +7,9 @@ with an API key): the voice picker lists the server's voices once the key is ent
 streams over SSE and schedules exactly the samples of the non-streamed response (pcm and wav
 played as they arrive, with the same int16 sum; mp3 when complete); errors show the server's
 message, in view at a laptop's window size (1366x768) wherever the button was; without the
-key the header says it is needed (not a green "ready"); a recording uploaded on the page
+key the header says it is needed (not a green "ready"), also when the voice list is public
+(``--public-voice-list``: the keyed model list tells), and a failed Speak says where to type
+it; a recording uploaded on the page
 registers a voice, speaks once with it (zero-shot, raw stream) and the registered voice is
 deleted again; the real-time factor reads as RTF, faster or slower; a load logs no console
 error (no favicon.ico 404). On a CosyVoice2 model (tiny-c): the page shows its family, 24 kHz
@@ -319,6 +321,73 @@ def test_voice_picker_needs_the_key_and_then_lists_the_servers_voices(browser, s
     assert text.startswith("ready · ") and "API key" not in text
     assert _js(browser, "window.cosyvinoWeb.key") is None
     assert field.get_attribute("aria-invalid") == "false"
+
+
+@pytest.fixture(scope="module")
+def public_server(browser, tts):
+    """A server with an API key whose voice and model lists are public
+    (``--public-voice-list``, for Open WebUI)."""
+    from server_harness import RunningServer
+
+    s = RunningServer(ServerConfig(num_speech_tokens=TOKENS, request_timeout=60,
+                                   cache_memory_mb=0, api_key=KEY, public_voice_list=True),
+                      [tts])
+    yield s
+    s.stop()
+
+
+def test_a_public_voice_list_does_not_hide_that_the_key_is_needed(browser, public_server):
+    """Issue 33 (trial 2, item 5): with --public-voice-list the voices answer without the key,
+    so the page showed a green "ready" and every voice, and said "API key needed" only after
+    Speak failed with 401. The model list (always keyed) tells it on load; a failed Speak keeps
+    the hint of where to type the key."""
+    server = public_server
+    _open(browser, server, key=None)
+    _wait(browser, lambda d: _status(d)[0].endswith("API key needed"))
+    text, cls = _status(browser)
+    assert text.startswith("ready · ") and cls == "warn"
+    assert _js(browser, "window.cosyvinoWeb.key") == "needed"
+    assert _js(browser, "window.cosyvinoWeb.voices") == _server_voices(server)  # public
+    shown = _error_text(browser)
+    assert "invalid or missing API key" in shown and "API key field at the top" in shown
+    assert browser.find_element("id", "api-key").get_attribute("aria-invalid") == "true"
+    # Speak without the key: the 401 says where to type it, as on load
+    _set(browser, "text", "Hello.")
+    _select(browser, "format", "pcm")
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "error" and rec["error"]["status"] == 401
+    shown = _error_text(browser)
+    assert shown.startswith("401 invalid_api_key")
+    assert "type it in the API key field at the top of the page" in shown
+    # a wrong key: rejected, on load of the lists already
+    field = browser.find_element("id", "api-key")
+    field.send_keys("wrong\t")
+    _wait(browser, lambda d: _status(d)[0].endswith("API key rejected"))
+    assert "API key typed at the top of the page was refused" in _error_text(browser)
+    # the right key: green, and Speak plays
+    field.clear()
+    field.send_keys(KEY + "\t")
+    _wait(browser, lambda d: _status(d)[1] == "ok")
+    assert "API key" not in _status(browser)[0] and _js(browser, "window.cosyvinoWeb.key") is None
+    rec = _click_and_wait(browser, "speak")
+    assert rec["status"] == "done" and rec["samples"] > 0
+
+
+def test_speak_without_the_key_keeps_the_hint(browser, server):
+    """After a failed Speak with no key the error keeps the hint the page shows on load."""
+    _open(browser, server, key=None)
+    browser.refresh()  # without the key an earlier test left in this origin's sessionStorage
+    _wait(browser, lambda d: _status(d)[0].endswith("API key needed"))
+    browser.execute_script(  # a voice to ask for (the list needs the key here)
+        "const o = document.createElement('option'); o.value = o.textContent = '中文女';"
+        "document.getElementById('voice').append(o);")
+    _select(browser, "voice", "中文女")
+    _set(browser, "text", "Hello.")
+    rec = _click_and_wait(browser, "speak")
+    assert rec["error"]["status"] == 401
+    shown = _error_text(browser)
+    assert "invalid or missing API key" in shown
+    assert "type it in the API key field at the top of the page" in shown
 
 
 def test_page_loads_without_console_errors(browser, server):

@@ -48,7 +48,8 @@ def busy_error(e: Busy) -> APIError:
 
 
 def too_long_error(e: TooLong, text_param: str, source_param: str = "source_audio") -> APIError:
-    """400 ``input_too_long``: the request alone cannot finish within the request timeout.
+    """400 ``input_too_long``: the request alone would take more than
+    :data:`~.pool.TOO_LONG_FACTOR` x the request timeout.
     ``param``: the endpoint's text field, or its source recording field (``source_param``)
     for voice conversion, whose length comes from the recording (``e.source``)."""
     param = source_param if getattr(e, "source", "text") == "source audio" else text_param

@@ -25,10 +25,15 @@
   an admitted request is not left to time out because of queue order.
 * "Never fits" is decided on the request's cost ALONE (issue 33, defect 1): the 400 uses the
   quiet rate, measured only on chunks a request delivered while it was the only one in the
-  pool (none other running or being validated) and the process got its usual share of the
-  CPU; load (our own or another process's) raises the current rate, which only ever gives 503
-  + Retry-After. An idle server admits what fits at the quiet rate, however high the current
-  rate was left by earlier load.
+  pool (none other running or being validated), each costed at the wall time it would have
+  taken with the CPU to itself (:meth:`WorkEstimator.observe_chunk`); and only when that
+  estimate exceeds the request timeout by :data:`TOO_LONG_FACTOR` (estimates near the timeout
+  are noise: such a request is admitted and the timeout bounds it). Load (our own or another
+  process's) raises the current rate, which only ever gives 503 + Retry-After, and only while
+  other work is in the pool: an idle server never answers 503 (it admits, or gives the 400).
+* A request carrying a recording is first judged on a cheap size (:meth:`SynthesisPool.check`:
+  the text's length, or the source recording's duration from its header) before its
+  recordings go through the prompt models, so a refusal does not wait for them.
 """
 
 from __future__ import annotations
@@ -67,14 +72,15 @@ class NotReady(Exception):
 
 
 class TooLong(Exception):
-    """The request would take longer than the request timeout even alone on this server, at
-    its quiet speed (:meth:`WorkEstimator.quiet_rtf_of`): a 400 (retrying cannot help).
+    """The request would take more than :data:`TOO_LONG_FACTOR` x the request timeout even
+    alone on this server, at its quiet speed (:meth:`WorkEstimator.quiet_rtf_of`): a 400
+    (retrying cannot help).
 
-    Attributes: ``seconds`` (estimated wall seconds alone, margin included), ``limit`` (the
-    request timeout, s), ``speech_seconds`` (expected speech at speed 1),
-    ``max_speech_seconds`` (what fits in the timeout at the quiet speed) and ``source``: what
-    makes the request long, ``"text"`` or ``"source audio"`` (voice conversion: the source
-    recording's length, not a text, sets its work)."""
+    Attributes: ``seconds`` (estimated wall seconds alone), ``limit`` (the request timeout,
+    s), ``speech_seconds`` (expected speech at speed 1), ``max_speech_seconds`` (what finishes
+    within the timeout at the quiet speed) and ``source``: what makes the request long,
+    ``"text"`` or ``"source audio"`` (voice conversion: the source recording's length, not a
+    text, sets its work)."""
 
     def __init__(self, seconds: float, limit: float, speech_seconds: float,
                  max_speech_seconds: float, source: str = "text"):
@@ -88,8 +94,8 @@ class TooLong(Exception):
                    "requests")
         super().__init__(
             f"{what}, which would take about {seconds:.0f} s to synthesize even with this "
-            f"server to itself (its measured speed alone); the request timeout is {limit:g} s, "
-            f"which allows {cut}")
+            f"server to itself (its measured speed alone), more than {TOO_LONG_FACTOR:g} x "
+            f"the request timeout of {limit:g} s; that timeout allows {cut}")
         self.seconds = seconds
         self.limit = limit
         self.speech_seconds = speech_seconds
@@ -127,13 +133,15 @@ KINDS = ("plain", "prompt", "vc")
 HALF_LIFE_SECONDS = 60.0
 #: admission plans for this factor more wall time than the estimate (estimates are averages)
 MARGIN = 1.25
+#: a request is refused as never fitting (400) only when its quiet estimate (wall seconds
+#: alone, no :data:`MARGIN`) exceeds the request timeout by this factor: an estimate near the
+#: timeout is noise (the trial: a 1,008-character text finished alone in 105.7 s, then the same
+#: text got a 400 at an estimate of 121 s vs 120 s); what is admitted between is still bounded
+#: by the timeout (a cut stream or 504, never a 400 for work that fits)
+TOO_LONG_FACTOR = 1.5
 #: seconds of speech measured before a request is refused as never fitting (400): for the
 #: quiet rate, seconds measured alone for the request's own kind
 MIN_EVIDENCE_SECONDS = 5.0
-#: a chunk measured alone counts towards the quiet rate only if the process got at least this
-#: share of the best CPU utilization (process CPU seconds / wall seconds) seen on such chunks:
-#: below it another process was taking the cores, and the chunk's wall time is that load's
-QUIET_MIN_CPU_SHARE = 0.5
 #: chunks shorter than this (wall s) do not set the best CPU utilization (too coarse a clock)
 QUIET_MIN_CPU_WALL = 0.05
 
@@ -189,11 +197,15 @@ class WorkEstimator:
       running request delivers (so a long request counts as it progresses, and under
       contention the rate includes it); prior :data:`PRIOR_RTF`. What a request costs with
       the server as loaded now: the 503 decisions;
-    * quiet rate (:meth:`quiet_rtf_of`): the same, observed only on chunks delivered while the
-      request was alone in the pool (``alone``) and the process was not starved of CPU
-      (``cpu``: process CPU seconds over the chunk, at least :data:`QUIET_MIN_CPU_SHARE` x the
-      best utilization seen alone). No prior: what a request costs alone on this machine,
-      which load cannot raise. The 400 decision (never fits) uses only this.
+    * quiet rate (:meth:`quiet_rtf_of`): observed only on chunks delivered while the request
+      was alone in the pool (``alone``), each costed at ``min(wall, cpu / U)``: ``cpu`` the
+      process's CPU seconds over the chunk, ``U`` the best CPU utilization (CPU s per wall s,
+      at most the cores) seen on such chunks and at least 1. A chunk starved by another
+      process took longer in wall time but not in CPU time, so it counts at about what it
+      would have taken with the CPU to itself; never seen un-starved, at most its CPU time,
+      which bounds the wall time of work that keeps one core busy. No prior: what a request
+      costs alone on this machine, which load cannot raise. The 400 decision (never fits)
+      uses only this.
 
     All are :class:`_DecayingRatio` s with half-life :data:`HALF_LIFE_SECONDS`, so older (long)
     requests stop dominating. Not thread-safe: the pool calls it under its lock.
@@ -294,18 +306,18 @@ class WorkEstimator:
         self._rtf[kind].add(wall, speech_seconds, now)
         self._seen[kind] += speech_seconds
         self.measured_seconds += speech_seconds
-        if alone and self._uncontended(wall, cpu):
-            self._quiet[kind].add(wall, speech_seconds, now)
+        if alone:
+            self._quiet[kind].add(self._alone_cost(wall, cpu), speech_seconds, now)
             self._quiet_seen[kind] += speech_seconds
 
-    def _uncontended(self, wall: float, cpu: float | None) -> bool:
-        """Whether a chunk measured alone had the CPU it usually gets (updates the best)."""
+    def _alone_cost(self, wall: float, cpu: float | None) -> float:
+        """Wall seconds a chunk measured alone would have taken with the CPU to itself:
+        ``min(wall, cpu / U)`` (class docstring; updates the best utilization ``U``)."""
         if cpu is None or wall <= 0:
-            return True
-        use = cpu / wall
+            return wall
         if wall >= QUIET_MIN_CPU_WALL:
-            self.best_cpu_use = max(self.best_cpu_use, min(use, _cores()))
-        return use >= QUIET_MIN_CPU_SHARE * self.best_cpu_use
+            self.best_cpu_use = max(self.best_cpu_use, min(cpu / wall, _cores()))
+        return min(wall, max(cpu, 0.0) / max(1.0, self.best_cpu_use))
 
     def observe_request(self, units: float, speech_seconds: float) -> None:
         """A completed (not forced-length) request: ``units`` of text gave ``speech_seconds``."""
@@ -497,27 +509,70 @@ class SynthesisPool:
     def enter(self, request: SynthesisRequest | None = None, segments: int = 1,
               arrived: float | None = None) -> Ticket:
         """Reserve a place (running or queued) for ``request`` (validated; ``segments`` text
-        segments) that arrived at clock time ``arrived`` (default now), or refuse it.
-
-        Admission plans :data:`MARGIN` x the request's estimated wall time: it must fit before
-        ``arrived + request_timeout`` after the estimated wait for a slot (the remaining work
-        of the running requests and the work of those queued ahead, on ``max_sessions``
-        lanes). With other work in the pool the request is estimated at the current rate
-        (:meth:`WorkEstimator.rtf_of`, load included); on an idle pool it runs alone, at the
-        quiet rate (:meth:`WorkEstimator.quiet_rtf_of`; not measured yet: admitted). The
-        ticket is returned and also bound to the calling task (a context variable) for
-        :meth:`acquire` and :meth:`start`. Without ``request`` only the count is checked
-        (tests).
+        segments) that arrived at clock time ``arrived`` (default now), or refuse it
+        (:meth:`_judge`). The ticket is returned and also bound to the calling task (a context
+        variable) for :meth:`acquire` and :meth:`start`. Without ``request`` only the count is
+        checked (tests).
 
         Raises:
-            Busy: draining, queue full, or it would not finish before its deadline (503;
-                ``retry_after``: the seconds it is late by, at most until the work admitted
-                now is done and it would run alone).
-            TooLong: even alone, at the quiet rate, it would not finish within the request
-                timeout (400; only once :meth:`WorkEstimator.knows_quiet` its kind).
+            Busy: draining, queue full, or, with other work in the pool, it would not finish
+                before its deadline (503; ``retry_after``: the seconds it is late by, at most
+                until the work admitted now is done and it would run alone).
+            TooLong: even alone, at the quiet rate, it would take more than
+                :data:`TOO_LONG_FACTOR` x the request timeout (400; only once
+                :meth:`WorkEstimator.knows_quiet` its kind).
             NotReady: the model is not loaded.
         """
-        c = self.config
+        now = self._open_now()
+        arrived = now if arrived is None else arrived
+        with self._lock:
+            est = self.estimator
+            ticket = Ticket(deadline=arrived + self.config.request_timeout, last=now)
+            if request is not None:
+                ticket.speech = est.speech_seconds(request, segments)
+                ticket.units = 0.0 if request.num_speech_tokens else text_units(request.text)
+                ticket.speed = request.speed
+                ticket.kind = est.kind(request)
+        self._judge(ticket, now)
+        with self._lock:
+            self._queued.append(ticket)
+        self._admitted += 1
+        _CURRENT_TICKET.set(ticket)
+        return ticket
+
+    def check(self, kind: str, speech_seconds: float, arrived: float | None = None) -> None:
+        """Admission's answer for a request known only by a cheap size, before it is
+        validated (a recording's trip through the prompt models can take tens of seconds on a
+        loaded machine: a refusal should not wait for it). Reserves nothing; :meth:`enter`
+        decides again on the validated request.
+
+        Args:
+            kind: the request's kind (:data:`KINDS`).
+            speech_seconds: its expected seconds of speech at speed 1: for voice conversion
+                the source recording's duration, otherwise what :meth:`rough_speech_seconds`
+                gives (no more than :meth:`enter` will count, so this refuses nothing that
+                :meth:`enter` would admit in the same state).
+            arrived: clock time of arrival (default now).
+
+        Raises: as :meth:`enter`.
+        """
+        now = self._open_now()
+        arrived = now if arrived is None else arrived
+        self._judge(Ticket(speech=max(0.0, speech_seconds), kind=kind,
+                           deadline=arrived + self.config.request_timeout, last=now), now)
+
+    def rough_speech_seconds(self, text: str, num_speech_tokens: int | None = None) -> float:
+        """Expected seconds of speech of a text-to-speech request before validation: as
+        :meth:`WorkEstimator.speech_seconds` with one text segment (a forced token count
+        applies per segment, so this is a lower bound)."""
+        with self._lock:
+            est = self.estimator
+            if num_speech_tokens:
+                return num_speech_tokens / est.tokens_per_second
+            return text_units(text) * est.speech_per_unit
+
+    def _open_now(self) -> float:
+        """The clock now, or Busy (draining) / NotReady (not loaded)."""
         if self.draining:
             self._refused("draining")
             raise Busy("server is shutting down; retry on another instance", retry_after=5,
@@ -525,28 +580,37 @@ class SynthesisPool:
         if not self.ready.is_set():
             raise NotReady(f"model failed to load: {self.load_error}" if self.load_error
                            else "model is loading; retry shortly")
-        now = self.clock()
-        arrived = now if arrived is None else arrived
+        return self.clock()
+
+    def _judge(self, ticket: Ticket, now: float) -> None:
+        """Admit ``ticket`` (return) or refuse it (raise), in this order:
+
+        * queue full: Busy ``queue_full``;
+        * never fits: the quiet estimate (speech x :meth:`WorkEstimator.quiet_rtf_of`, no
+          margin) exceeds :data:`TOO_LONG_FACTOR` x the request timeout, once its kind
+          :meth:`~WorkEstimator.knows_quiet`: TooLong (400);
+        * an idle pool (nothing running or queued) admits: nothing is ahead, the request runs
+          alone, and what the estimates cannot settle is bounded by the timeout (an idle
+          server never answers 503: no client is told to retry into the same state);
+        * otherwise, with :data:`MARGIN` x the estimate at the current rate
+          (:meth:`WorkEstimator.rtf_of`, load included) after the estimated wait for a slot
+          (the remaining work of the running requests and that of the queued ones, on
+          ``max_sessions`` lanes): Busy ``deadline`` when it would end after its deadline
+          (before :attr:`WorkEstimator.confident`, only when it must wait), with Retry-After
+          at most the time until the work admitted now is done.
+        """
+        c = self.config
         with self._lock:
             est = self.estimator
-            ticket = Ticket(deadline=arrived + c.request_timeout, last=now)
-            if request is not None:
-                ticket.speech = est.speech_seconds(request, segments)
-                ticket.units = 0.0 if request.num_speech_tokens else text_units(request.text)
-                ticket.speed = request.speed
-                ticket.kind = est.kind(request)
             quiet = est.quiet_rtf_of(ticket.kind)
+            alone = ticket.speech * quiet if quiet is not None else 0.0
             never_fits = est.knows_quiet(ticket.kind) and \
-                ticket.speech * quiet * MARGIN > c.request_timeout
+                alone > TOO_LONG_FACTOR * c.request_timeout
             lanes = self._lanes(now)
             wait, drained = min(lanes), max(lanes)
-            idle = not self._started and not self._queued
-            if idle:  # it runs alone: its own cost, whatever load left the current rate at
-                need = ticket.speech * quiet * MARGIN if quiet is not None else 0.0
-                confident = quiet is not None
-            else:
-                need = ticket.speech * est.rtf_of(ticket.kind) * MARGIN
-                confident = est.confident
+            running, queued = len(self._started), len(self._queued)
+            need = ticket.speech * est.rtf_of(ticket.kind) * MARGIN
+            confident = est.confident
         self._admission_gauges(wait)
         if self._admitted >= c.max_sessions + c.queue_size:
             self._refused("queue_full")
@@ -555,25 +619,21 @@ class SynthesisPool:
                        retry_after=self._seconds(self._first_free(now)), reason="queue_full")
         if never_fits:
             self._refused("too_long")
-            raise TooLong(ticket.speech * quiet * MARGIN, c.request_timeout, ticket.speech,
-                          c.request_timeout / (quiet * MARGIN),
+            raise TooLong(alone, c.request_timeout, ticket.speech, c.request_timeout / quiet,
                           source="source audio" if ticket.kind == "vc" else "text")
-        # before anything was measured the prior decides only against queued work: an idle
-        # server does not refuse a request on a guess
+        if not running and not queued:
+            return
+        # before anything was measured the prior decides only against queued work
         late = now + wait + need - ticket.deadline if confident or wait > 0 else 0.0
         if late > 0:
             self._refused("deadline")
-            # it fits alone (else TooLong): at the latest once the work admitted now is done
-            raise Busy(f"server busy: about {wait:.0f} s of work is ahead of this request, "
-                       f"which needs about {need:.0f} s at the current load; it would not "
-                       f"finish within the {c.request_timeout:g} s request timeout; retry "
-                       "later", retry_after=self._seconds(min(late, max(drained, 1.0))),
+            # it runs alone, at the latest, once the work admitted now is done
+            raise Busy(f"server busy: {running} request(s) running and {queued} queued, about "
+                       f"{wait:.0f} s of work before a session is free; at the current load "
+                       f"this request needs about {need:.0f} s and would not finish within "
+                       f"the {c.request_timeout:g} s request timeout; retry later",
+                       retry_after=self._seconds(min(late, max(drained, 1.0))),
                        reason="deadline")
-        with self._lock:
-            self._queued.append(ticket)
-        self._admitted += 1
-        _CURRENT_TICKET.set(ticket)
-        return ticket
 
     def leave(self, ticket: Ticket | None = None) -> None:
         """Give back a place reserved by :meth:`enter` that never got a session."""

@@ -285,12 +285,42 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
                            code="invalid_api_key",
                            headers={"WWW-Authenticate": "Bearer"})
 
+    async def precheck(p: SpeechParams, started: float) -> None:
+        """A request that carries a recording is judged by admission on a cheap size before
+        its recordings go through the prompt models (tens of seconds on a loaded machine): a
+        refusal (503, 400 input_too_long) comes at once (issue 33). Voice conversion: the
+        source recording's duration from its header; text-to-speech: the text's length. A
+        recording whose header states no length is judged after validation only."""
+        if p.source_audio is None and p.prompt_audio is None:
+            return  # validation is the text frontend alone (milliseconds)
+        pool = state.pool
+        if p.source_audio is not None:
+            from ..prompt_audio import header_seconds
+
+            seconds = await run_in_threadpool(header_seconds, p.source_audio)
+            if seconds is None:
+                return
+            kind = "vc"
+        else:
+            seconds = pool.rough_speech_seconds(p.text, config.num_speech_tokens)
+            kind = "prompt"
+        try:
+            pool.check(kind, seconds, started)
+        except Busy as e:
+            raise busy_error(e) from None
+        except TooLong as e:
+            raise too_long_error(e, p.text_param, p.field("source_audio")) from None
+        except NotReady as e:
+            raise not_ready_error(e) from None
+
     async def start_synthesis(p: SpeechParams) -> Response:
         """Validate on the model (400), look up the cache, reserve a place (503), return the
         response that runs the synthesis."""
         started = time.perf_counter()
         synth = state.synth()
         n_tokens = config.num_speech_tokens
+        if p.seed is None or state.cache is None:  # (a seeded one may be a cache hit)
+            await precheck(p, started)
         try:
             request, segments = await run_in_threadpool(state.pool.validate,
                                                         p.request(n_tokens))

@@ -337,10 +337,13 @@ class SynthesisResponse(Response):
             scope[SCOPE_CUT_KEY] = reason
         streams_cut(self.s.metrics).labels(endpoint, reason).inc()
         self.s.metrics.audio_seconds.inc(progress.audio_seconds)
-        log.warning("stream cut (%s): %s %s, %d characters, %.2f s of audio sent in %d "
+        # voice conversion has no text: its size is the source recording
+        size = f"{len(self.params.text)} characters" if self.params.source_audio is None \
+            else f"{len(self.params.source_audio)} bytes of source audio"
+        log.warning("stream cut (%s): %s %s, %s, %.2f s of audio sent in %d "
                     "chunk(s), %d/%d segment(s) done, %.1f s after arrival: %s",
                     reason, endpoint, self.fmt + (" sse" if self.sse else ""),
-                    len(self.params.text), progress.audio_seconds, progress.chunks,
+                    size, progress.audio_seconds, progress.chunks,
                     progress.segments, progress.total, time.perf_counter() - self.started,
                     err.message)
 

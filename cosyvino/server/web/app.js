@@ -426,7 +426,7 @@
       const resp = await send(controller.signal);
       if (!resp.ok) {
         rec.error = await readError(resp);
-        if (resp.status === 401) keyRefused();
+        if (resp.status === 401) rec.error = keyError(rec.error);
         throw Object.assign(new Error(rec.error.message), {apiError: rec.error});
       }
       rec.cache = resp.headers.get("x-cosyvino-cache");
@@ -588,8 +588,8 @@
       const resp = await fetch(api("v1/audio/voices"), {method: "POST", body: form,
                                                           headers: authHeaders()});
       if (!resp.ok) {
-        if (resp.status === 401) keyRefused();
-        showError(await readError(resp));
+        const err = await readError(resp);
+        showError(resp.status === 401 ? keyError(err) : err);
         return;
       }
       const voice = await resp.json();
@@ -612,8 +612,8 @@
       const resp = await fetch(api("v1/audio/voices/" + encodeURIComponent(id)),
                                {method: "DELETE", headers: authHeaders()});
       if (!resp.ok) {
-        if (resp.status === 401) keyRefused();
-        showError(await readError(resp));
+        const err = await readError(resp);
+        showError(resp.status === 401 ? keyError(err) : err);
         return;
       }
       await loadVoices();
@@ -636,8 +636,8 @@
       return;
     }
     if (resp.status === 401) {
-      const err = await readError(resp);
-      const typed = keyRefused();
+      const err = keyError(await readError(resp));
+      const typed = web.key === "rejected";
       picker.textContent = "";
       const opt = document.createElement("option");
       opt.value = "";
@@ -646,9 +646,7 @@
       opt.selected = true;  // shown in the picker (a lone disabled option is not, otherwise)
       picker.append(opt);
       web.voices = [];
-      showError({...err, message: `${err.message}: this server needs its API key; type it ` +
-                 "in the API key field at the top of the page"});
-      $("api-key").focus();
+      showError(err);
       return;
     }
     if (!resp.ok) { showError(await readError(resp)); return; }
@@ -681,11 +679,18 @@
 
   // GET /v1/models: the loaded model (its first object names the model dir). Shows its family,
   // rate and modes, and the Instructions field when one of its modes takes an instruction.
+  // It always needs the key when the server has one, so it is also how the page learns that a
+  // key is needed (or wrong) where the voice list is public (--public-voice-list): a 401 here
+  // says so at once, not after Speak fails.
   async function loadModel() {
     let body = null;
     try {
       const resp = await fetch(api("v1/models"), {headers: authHeaders()});
-      if (!resp.ok) return;  // a 401 is said by the voice list already
+      if (resp.status === 401) {
+        if (web.key === null) showError(keyError(await readError(resp)));  // else said already
+        return;
+      }
+      if (!resp.ok) return;
       body = await resp.json();
     } catch (e) {
       return;
@@ -719,6 +724,16 @@
     const typed = $("api-key").value.trim() !== "";
     setKeyState(typed ? "rejected" : "needed");
     return typed;
+  }
+
+  // The error of a 401 (readError's), with what to do about it, and the key field focused:
+  // every 401 says the same, whichever request got it (on load, Speak, Register, Delete).
+  function keyError(err) {
+    const typed = keyRefused();
+    $("api-key").focus();
+    const hint = typed ? "the API key typed at the top of the page was refused; check it"
+      : "this server needs its API key; type it in the API key field at the top of the page";
+    return {...err, message: `${err.message}: ${hint}`};
   }
 
   function renderReady() {
