@@ -1,7 +1,7 @@
 """``cosyvino info`` for an official CosyVoice2 dir: config highlights, files, parameter counts
 and speakers, without building modules (sheet v2 §1, §3.7, §4.1); the summary itself is shared
 with CosyVoice3 (:func:`cosyvino.families.cosyvoice23.info.speech_lm_dir_info`). Serving
-CosyVoice2 comes with its model family; until then the summary says so (``servable``).
+``servable`` says how the registered CosyVoice2 family serves the dir.
 """
 
 from __future__ import annotations
@@ -29,4 +29,4 @@ def model_info(model_dir: str) -> dict:
     cfg = read_cosyvoice2_config(model_dir)
     return speech_lm_dir_info(
         model_dir, family="cosyvoice2", sample_rate=cfg.sample_rate, llm=cfg.llm, files=FILES,
-        servable="no: this cosyvino reads CosyVoice2 dirs but cannot serve them yet")
+        servable="yes: torch on this dir; onnxruntime after `cosyvino convert --format onnx`")

@@ -43,7 +43,7 @@ LLM, AUDIO = "llm", "audio"
 class SpeechLMProgram(Program):
     """A validated request on loaded CosyVoice2/3 stages. Subclasses implement the hooks:
     :meth:`decoding_rule`, :meth:`llm_prefix`, :meth:`hop_policy`, :meth:`new_stream`,
-    :meth:`vocode` (and may override :meth:`keep_for_flow`).
+    :meth:`vocode` (and may override :meth:`llm_text`, :meth:`keep_for_flow`).
 
     Chunks are :class:`Audio` (24 kHz) with ``stats`` keys ``segment`` / ``chunk``,
     ``is_last_in_segment``, ``mode``, ``hop_schedule``, ``seed``, stage times and RTF.
@@ -100,6 +100,12 @@ class SpeechLMProgram(Program):
     def llm_prefix(self, request, frontend):
         """The :class:`~.modes.LLMPrefix` of ``request`` in its mode. Raises InputError."""
         raise NotImplementedError
+
+    def llm_text(self, text: np.ndarray) -> np.ndarray:
+        """The ids between SOS and TASK for a segment's tts text ids ``text`` int64 [1, L]
+        (default: ``prefix.text_before ⧺ text``). min_len / max_len count ``text`` only."""
+        before = self.prefix.text_before
+        return text if before is None else np.concatenate([before, text], axis=1)
 
     def hop_policy(self, hop_schedule: str, prompt_tokens: int):
         """A fresh hop policy of one segment (``due(n_tokens, finished) -> [Hop]``)."""
@@ -177,9 +183,7 @@ class SpeechLMProgram(Program):
         self.min_len, self.max_len = (n, n) if n is not None else \
             self.rule.length_limits(text.size)
         times = StageTimes()
-        before = self.prefix.text_before
-        if before is not None:
-            text = np.concatenate([before, text], axis=1)
+        text = self.llm_text(text)
         with times.measure("text_encoder"):
             parts = [self._sos, self.stages.embed_text(text), self._task]
             if self.prefix.prompt_speech_token is not None:
