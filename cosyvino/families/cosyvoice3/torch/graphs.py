@@ -73,7 +73,10 @@ class EstimatorGraph(nn.Module):
         h = dit.input_embed(x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks)
         inv_freq = dit.rotary_embed.inv_freq
         pos = torch.ones_like(x[0, 0], dtype=inv_freq.dtype).cumsum(0) - 1  # 0..T-1
-        angles = (pos.unsqueeze(1) * inv_freq.unsqueeze(0)).repeat_interleave(2, dim=-1)
+        angles = pos.unsqueeze(1) * inv_freq.unsqueeze(0)  # [T, d/2]
+        # each frequency twice in a row (RotaryEmbedding's repeat_interleave, written as a
+        # stack: the ONNX exporter's repeat_interleave fails on a symbolic T)
+        angles = torch.stack((angles, angles), dim=-1).flatten(-2)
         allowed = chunk_visible(x[0, 0], chunk) & (mask > 0).unsqueeze(1)  # [B, 1, T, T]
         frame_mask = mask.transpose(1, 2)
         for block in dit.transformer_blocks:
