@@ -14,7 +14,8 @@ What the parts choose with Python flags is a tensor input here:
   attention, bit-equal to the parts' non-streaming path (an all-true mask hides nothing).
 
 The text / speech embedding wrappers and :func:`chunk_visible` are shared with CosyVoice3
-(:mod:`cosyvino.families.cosyvoice23.torch.graphs`, :mod:`~cosyvino.families.cosyvoice23.torch.chunk_mask`).
+(:mod:`cosyvino.families.cosyvoice23.torch.graphs`,
+:mod:`~cosyvino.families.cosyvoice23.torch.chunk_mask`).
 Their parity with the parts' own calls (``flow.encode(..., finalize, streaming)``,
 ``estimator(..., streaming=...)``) is tested in tests/test_cosyvoice2_family.py.
 """

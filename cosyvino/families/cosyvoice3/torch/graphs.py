@@ -9,7 +9,8 @@ What the parts choose with Python flags is a tensor input here:
   and ``context_scale`` (1: look-ahead context of a non-final call; 0: zero padding, a final
   call);
 * the DiT's full or chunk attention (sheet v3 §5.3): ``chunk`` int64 [1], query ``i`` sees keys
-  ``j < (i // chunk + 1) * chunk``; :data:`~cosyvino.families.cosyvoice23.graph_specs.FULL_ATTENTION`
+  ``j < (i // chunk + 1) * chunk``;
+  :data:`~cosyvino.families.cosyvoice23.graph_specs.FULL_ATTENTION`
   gives full attention;
 * the vocoder's ``finalize`` (sheet v3 §6.3): the decode graph takes ``conv_pre``'s 4 look-ahead
   frames as ``context`` (zeros when finalizing, what upstream pads) and keeps the source STFT up
