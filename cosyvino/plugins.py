@@ -23,7 +23,8 @@ ENTRY_POINT_GROUP = "cosyvino"
 #: plugin modules of the core, registered in every PluginManager through the same hooks as
 #: entry-point plugins (not subject to ``COSYVINO_PLUGINS``: cosyvino cannot read a model dir
 #: without its built-in family)
-BUILTIN_PLUGINS = ("cosyvino.families.cosyvoice1", "cosyvino.families.cosyvoice2")
+BUILTIN_PLUGINS = ("cosyvino.families.cosyvoice1", "cosyvino.families.cosyvoice2",
+                   "cosyvino.families.cosyvoice3")
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()

@@ -1,5 +1,6 @@
 """Official-dir family detection (the official AutoModel order: cosyvoice.yaml, cosyvoice2.yaml,
-cosyvoice3.yaml; sheet v2 §1): CosyVoice2/3 dirs are named, never mis-read as v1."""
+cosyvoice3.yaml; sheet v2 §1): CosyVoice2/3 dirs go to their registered families, never mis-read
+as v1."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from cosyvino.cli.main import main
-from cosyvino.errors import ModelDirError
+from cosyvino.errors import ConfigError, ModelDirError
 from cosyvino.families import detect_family
 from cosyvino.families.official import official_family
 from conftest import TINY_A, TINY_C
@@ -34,10 +35,12 @@ def test_detect_family_names_a_v2_dir_instead_of_misreading_it():
     assert detect_family(TINY_A).name == "cosyvoice1"
 
 
-def test_detect_family_names_a_v3_dir(tmp_path):
+def test_a_v3_yaml_goes_to_the_v3_family_whose_config_reader_names_the_problem(tmp_path):
     (tmp_path / "cosyvoice3.yaml").write_text("x: 1\n")
-    with pytest.raises(ModelDirError, match="CosyVoice3 model dir"):
-        detect_family(tmp_path)
+    family = detect_family(tmp_path)
+    assert family.name == "cosyvoice3"
+    with pytest.raises((ModelDirError, ConfigError)):
+        family.read_config(str(tmp_path))
 
 
 def test_info_on_a_v2_dir():
@@ -45,6 +48,7 @@ def test_info_on_a_v2_dir():
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["family"] == "cosyvoice2" and data["sample_rate"] == 24000
+    assert data["servable"].startswith("yes")
     assert data["llm"]["width"] == 32 and data["llm"]["speech_tokens"] == 6561
     assert data["speakers"] == "中文女" and data["voices"] == "alice, bob"
     assert data["files"]["speech_tokenizer_v2.onnx"] == "absent"

@@ -5,7 +5,8 @@ stream.pt holds, per chunk of upstream's ``tts(stream=True)`` over 230 tokens (a
 20-token flow prompt): ``token_offset``, ``n_tokens`` given to the flow, ``finalize``,
 ``streaming`` and the ``speech`` emitted. Without the flow there is no per-chunk mel, so this file
 checks the schedule, the emitted lengths and the re-run/cut logic on the golden hift mel; speech
-parity per chunk waits for the v3 flow (see the skipped stub at the end).
+parity per chunk (the v3 flow per chunk feeding the re-run vocoder) is
+tests/test_cosyvoice3_family.py::test_official_streaming_matches_stream_golden.
 """
 
 from __future__ import annotations
@@ -129,10 +130,3 @@ def test_rerun_stream_input_errors():
     stream.hop(np.zeros((1, 80, 10), np.float32), False)
     with pytest.raises(InputError, match="bins"):
         stream.hop(np.zeros((1, 40, 10), np.float32), False)
-
-
-@pytest.mark.skip(reason="needs the CosyVoice3 flow (issue 35/h-v3flow): stream.pt holds no "
-                         "per-chunk mel, so the emitted speech can only be reproduced by running "
-                         "the v3 flow per chunk and feeding its new frames to VocoderRerunStream")
-def test_stream_speech_parity_needs_the_v3_flow(golden_dir):
-    raise AssertionError("unreachable")

@@ -801,9 +801,9 @@ def info(model_dir, as_json):
 
     model_dir = model_dir or default_model_dir()
     official = official_family(model_dir)
-    if official == "cosyvoice2":  # read-only summary until v2 is servable
+    if official == "cosyvoice2":  # the official dir's summary (configs, files, parameters)
         from cosyvino.families.cosyvoice2.info import model_info
-    elif official == "cosyvoice3":  # read-only summary until v3 is servable
+    elif official == "cosyvoice3":
         from cosyvino.families.cosyvoice3.info import model_info
     else:
         from cosyvino.families.cosyvoice1.info import model_info

@@ -15,100 +15,39 @@ file serves streaming and whole-segment calls.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-
-import numpy as np
+from dataclasses import replace
 
 from ..base import GraphSpec, GraphTable, StateSpec, TensorSpec
+from ..cosyvoice23.graph_specs import (
+    F32,
+    FULL_ATTENTION,
+    PAST_K,
+    PAST_V,
+    PRESENT_K,
+    PRESENT_V,
+    ValuedGraphSpec,
+    speech_lm_graphs,
+)
+from ..cosyvoice23.graph_specs import f0_hz as _f0_hz
+from ..cosyvoice23.graph_specs import f32 as _f
+from ..cosyvoice23.graph_specs import i64 as _i
+from ..cosyvoice23.graph_specs import ones as _ones
+from ..cosyvoice23.graph_specs import small as _small
+from ..cosyvoice23.graph_specs import small_chunk as _chunk
+from ..cosyvoice23.graph_specs import unit as _unit
 
-F32, I64 = "float32", "int64"
-#: the LLM cache tensors (stacked over layers: [L, 1, KH, positions, hd], sheet v2 §4.5)
-PAST_K, PAST_V, PRESENT_K, PRESENT_V = "past_k", "past_v", "present_k", "present_v"
-#: the ``chunk`` input of full attention (any sequence shorter than it is one chunk: the CFM
-#: noise table bounds a segment to 15000 frames). Small enough that the graphs' chunk
-#: arithmetic (``chunk * upsample_stride``, ``(i // chunk + 1) * chunk``) stays below 2**31:
-#: OpenVINO's CPU plugin computes int64 index tensors in int32, and 1 << 30 overflowed there
-#: (every key hidden, a wrong full-attention encoder)
-FULL_ATTENTION = 1 << 20
 #: graph names in table order
 GRAPH_NAMES = ("text_embedding", "speech_embedding", "special_embedding", "llm",
                "flow_encoder", "estimator", "hift_f0", "hift_source", "hift_decode")
-
-
-@dataclass(frozen=True)
-class V2GraphSpec(GraphSpec):
-    """A :class:`GraphSpec` whose example inputs have values the graph is fed: ``int_high``
-    (input -> exclusive bound of its ids) and ``example_values`` (input -> ``fill(shape, rng)``)."""
-
-    int_high: Mapping[str, int] = field(default_factory=dict)
-    example_values: Mapping[str, Callable] = field(default_factory=dict)
-
-    def example_inputs(self, seed: int = 0, high: int = 100) -> list[np.ndarray]:
-        rng = np.random.default_rng(seed)
-        out = []
-        for t in self.inputs:
-            fill = self.example_values.get(t.name)
-            if fill is None:
-                out.append(t.example(self.example_sizes, rng, self.int_high.get(t.name, high)))
-                continue
-            shape = tuple(d if isinstance(d, int) else int(self.example_sizes[d])
-                          for d in t.shape)
-            out.append(np.ascontiguousarray(fill(shape, rng), dtype=t.dtype))
-        return out
-
-
-def _f(name, *shape):
-    return TensorSpec(name, F32, tuple(shape))
-
-
-def _i(name, *shape):
-    return TensorSpec(name, I64, tuple(shape))
-
-
-# example value fills
-def _ones(shape, rng):
-    return np.ones(shape)
-
-
-def _unit(shape, rng):
-    return rng.random(shape)
-
-
-def _chunk(shape, rng):
-    # a chunk smaller than the example lengths, so the traced mask is a real chunk mask
-    return np.full(shape, 5)
-
-
-def _f0_hz(shape, rng):
-    return np.where(rng.random(shape) < 0.8, rng.uniform(80.0, 400.0, shape), 0.0)
-
-
-def _small(shape, rng):
-    return 0.1 * rng.standard_normal(shape)
+#: the v2 name of the shared spec class
+V2GraphSpec = ValuedGraphSpec
 
 
 # torch module factories (called with a .torch.model.CosyVoice2TorchModel)
-def _text_embedding(m):
-    from .torch.graphs import TextEmbeddingGraph
-
-    return TextEmbeddingGraph(m.llm)
-
-
-def _speech_embedding(m):
-    from .torch.graphs import SpeechEmbeddingGraph
-
-    return SpeechEmbeddingGraph(m.llm)
-
-
 def _special_embedding(m):
     from .torch.graphs import SpecialEmbeddingGraph
 
     return SpecialEmbeddingGraph(m.llm)
-
-
-def _llm(m):
-    return m.llm  # CosyVoice2LM.forward(inputs_embeds, past_k, past_v) is the step
 
 
 def _flow_encoder(m):
@@ -137,38 +76,21 @@ def _hift_decode(m):
 
 def graph_table(config) -> GraphTable:
     """The v2 graphs for ``config`` (:class:`~.model_config.CosyVoice2ModelConfig`)."""
-    llm, q = config.llm, config.llm.qwen
-    d, v3 = llm.llm_input_size, llm.vocab_out
-    layers, kv, hd = q.num_hidden_layers, q.num_key_value_heads, q.attention_head_dim
+    llm = config.llm
+    d = llm.llm_input_size
     flow = config.flow
     c, s, look = flow.output_size, flow.spk_embed_dim, flow.pre_lookahead_len
     mel_bins, nh = config.hift.in_channels, config.hift.nb_harmonics + 1
     hop = config.samples_per_frame
-    cache = (layers, "batch", kv)
     t_hift = 20
+    shared = {g.name: g for g in speech_lm_graphs(llm)}
     return GraphTable([
-        V2GraphSpec("text_embedding", "llm", (_i("ids", 1, "n"),), (_f("rows", 1, "n", d),),
-                    example_sizes={"n": 7}, torch_module=_text_embedding,
-                    int_high={"ids": q.vocab_size}, doc="Qwen2 text ids -> LLM input rows"),
-        V2GraphSpec("speech_embedding", "llm", (_i("tokens", 1, "n"),),
-                    (_f("rows", 1, "n", d),), example_sizes={"n": 5},
-                    torch_module=_speech_embedding, int_high={"tokens": v3},
-                    doc="speech tokens -> LLM input rows"),
+        shared["text_embedding"], shared["speech_embedding"],
         V2GraphSpec("special_embedding", "llm", (_i("ids", 1, "n"),),
                     (_f("rows", 1, "n", d),), example_sizes={"n": 2},
                     torch_module=_special_embedding, int_high={"ids": 2},
                     doc="0 = SOS, 1 = TASK -> LLM input rows"),
-        GraphSpec("llm", "llm",
-                  (_f("inputs_embeds", "batch", "new", d), _f(PAST_K, *cache, "past", hd),
-                   _f(PAST_V, *cache, "past", hd)),
-                  (_f("logp", "batch", v3), _f(PRESENT_K, *cache, "total", hd),
-                   _f(PRESENT_V, *cache, "total", hd)),
-                  state=(StateSpec(PAST_K, PRESENT_K, (layers, 1, kv, 0, hd), axis=3),
-                         StateSpec(PAST_V, PRESENT_V, (layers, 1, kv, 0, hd), axis=3)),
-                  example_sizes={"batch": 1, "new": 4, "past": 3, "total": 7},
-                  torch_module=_llm,
-                  doc="one KV-cached Qwen2 call (prefill or one decode step): log-softmax of "
-                      "the speech head at the last new position"),
+        shared["llm"],
         V2GraphSpec("flow_encoder", "flow",
                     (_i("tokens", 1, "n"), _i("context", 1, look), _f("context_scale", 1),
                      _i("chunk", 1), _f("embedding", 1, s)),
@@ -244,5 +166,6 @@ def layer_state_spec(spec: GraphSpec) -> GraphSpec:
                    state=tuple(states))
 
 
-__all__ = ["GRAPH_NAMES", "OPENVINO_LLM_LAYOUT", "V2GraphSpec", "graph_table",
-           "layer_key_names", "layer_state_spec"]
+__all__ = ["FULL_ATTENTION", "GRAPH_NAMES", "OPENVINO_LLM_LAYOUT", "PAST_K", "PAST_V",
+           "PRESENT_K", "PRESENT_V", "V2GraphSpec", "graph_table", "layer_key_names",
+           "layer_state_spec"]

@@ -1,6 +1,8 @@
 """``cosyvino info`` for an official CosyVoice2 dir: config highlights, files, parameter counts,
-speakers, the modes a Synthesizer offers and whether it takes recordings (the prompt models),
-without building modules (sheet v2 §1, §3.7, §4.1).
+speakers, how the registered family serves the dir (``servable``), the modes a Synthesizer offers
+and whether it takes recordings (the prompt models), without building modules (sheet v2 §1, §3.7,
+§4.1); the summary itself is shared with CosyVoice3
+(:func:`cosyvino.families.cosyvoice23.info.speech_lm_dir_info`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from .config import YAML_NAME, read_cosyvoice2_config
 FILES = (YAML_NAME, "llm.pt", "flow.pt", "hift.pt", "spk2info.pt", "campplus.onnx",
          "speech_tokenizer_v2.onnx", "CosyVoice-BlankEN/config.json",
          "CosyVoice-BlankEN/vocab.json", "CosyVoice-BlankEN/merges.txt")
+#: how the registered CosyVoice2 family serves an official dir
+SERVABLE = ("yes: torch on this dir; onnxruntime or openvino after "
+            "`cosyvino convert --format onnx|openvino`")
 
 
 def model_info(model_dir: str) -> dict:
     """The summary dict of an official CosyVoice2 dir
     (:func:`~cosyvino.families.cosyvoice23.info.speech_lm_dir_info`: ``path``, ``family``,
-    ``sample_rate``, ``llm``, ``files``, ``parameters``, ``speakers``, ``voices``), plus
+    ``servable``, ``sample_rate``, ``llm``, ``files``, ``parameters``, ``speakers``, ``voices``), plus
     ``synthetic``, ``modes`` (:func:`.modes.modes_for`) and ``recordings`` (whether
     ``prompt_audio`` / ``source_audio`` / ``voices add`` work: the prompt models are there).
 
@@ -34,7 +39,7 @@ def model_info(model_dir: str) -> dict:
         raise ModelDirError(f"model directory not found: {model_dir}", model_dir)
     cfg = read_cosyvoice2_config(model_dir)
     info = speech_lm_dir_info(model_dir, family="cosyvoice2", sample_rate=cfg.sample_rate,
-                              llm=cfg.llm, files=FILES)
+                              llm=cfg.llm, files=FILES, servable=SERVABLE)
     spk_path = os.path.join(model_dir, "spk2info.pt")
     speakers = load_cosyvoice2_spk2info(spk_path) if os.path.isfile(spk_path) else {}
     info["synthetic"] = is_synthetic(model_dir)

@@ -1,298 +1,52 @@
-"""One CosyVoice2 request as a state machine the engine steps. Must not import torch.
+"""One CosyVoice2 request as a state machine the engine steps: the program shared with CosyVoice3
+(:class:`cosyvino.families.cosyvoice23.program.SpeechLMProgram`, two lanes ``llm`` / ``audio``)
+with v2's choices. Must not import torch.
 
-Two lanes, as v1 (:mod:`cosyvino.families.cosyvoice1.program`):
-
-* ``llm``: per text segment, PREFILL (``[SOS][E_text(text before ⧺ tts)][TASK][E_speech(prompt
-  speech)]``, sheet v2 §4.4) then DECODE (one RAS-sampled token per step under the v2 rule,
-  :mod:`.decoding`: bounds from the tts-text length, only EOS masked below the minimum, three
-  stop ids; draws from ``draws.sampling(segment, index)``). After each token the segment's hop
-  policy (:mod:`.streaming`) says which hops are due.
-* ``audio``: per due hop, FLOW (:class:`~.token2wav.Token2Wav`: the fixed seed-0 noise, no
-  random draw) then VOCODER (NSF Gaussian noise from ``draws.nsf`` at the call's output-sample
-  position on the segment), which emits the hop's chunk at 24 kHz.
-
-``vc`` (and :meth:`Synthesizer.tokens_to_audio`) skip the LLM: the given speech tokens are one
-segment. Every random number comes from :class:`cosyvino.engine.draws.RandomDraws` by segment
-and position, so a seed's audio does not depend on how the lanes are interleaved.
+* decoding: the v2 rule (:mod:`.decoding`: bounds from the tts-text length, only EOS masked
+  below the minimum, three stop ids); every token goes to the flow.
+* LLM prefix: :func:`.modes.llm_prefix` (prompt transcript / instruction + prompt tokens).
+* hops: :mod:`.streaming` (segment, or the official 25 + pad, 50, 100 ... token hops).
+* audio: :class:`~.token2wav.Token2Wav` (the fixed seed-0 flow noise), then the HiFT cache
+  vocoder with NSF Gaussian noise from ``draws.nsf`` at the call's output-sample position on
+  the segment.
 """
 
 from __future__ import annotations
 
-import collections
-import threading
-import time
-
 import numpy as np
 
-from cosyvino.audio import Audio
-from cosyvino.engine.program import Phase, Program
-from cosyvino.errors import InputError
-from cosyvino.timing import StageTimes, audio_stats
-
-from ..cosyvoice1.sampling import ras_sample
-from ..cosyvoice1.streaming import Hop
+from ..cosyvoice23.program import AUDIO, LLM, SpeechLMProgram
 from . import modes as v2_modes
 from .decoding import decoding_rule
 from .streaming import policy
 from .token2wav import Token2Wav
 
-LLM, AUDIO = "llm", "audio"
 
+class CosyVoice2Program(SpeechLMProgram):
+    """A validated request on loaded :class:`~.stages.CosyVoice2Stages` (see
+    :class:`~cosyvino.families.cosyvoice23.program.SpeechLMProgram` for chunks and errors)."""
 
-class CosyVoice2Program(Program):
-    """A validated request on loaded :class:`~.stages.CosyVoice2Stages`.
+    def decoding_rule(self):
+        return decoding_rule(self.config.llm)
 
-    Chunks are :class:`Audio` (24 kHz) with ``stats`` keys ``segment`` / ``chunk``,
-    ``is_last_in_segment``, ``mode``, ``hop_schedule``, ``seed``, stage times and RTF.
+    def llm_prefix(self, request, frontend):
+        return v2_modes.llm_prefix(request, frontend.tokenize, frontend.normalize)
 
-    Raises (at construction): EmptyTextError (nothing speakable, unless speech tokens are
-    given), InputError (a transcript or instruction with nothing speakable).
-    """
+    def hop_policy(self, hop_schedule: str, prompt_tokens: int):
+        return policy(hop_schedule, prompt_tokens)
 
-    lanes = (LLM, AUDIO)
+    def new_stream(self):
+        return Token2Wav(self.stages, self.cond.embedding, prompt_token=self.cond.prompt_token,
+                         prompt_feat=self.cond.prompt_feat,
+                         n_timesteps=self.request.n_timesteps, speed=self.request.speed)
 
-    def __init__(self, stages, request, draws, frontend):
-        self.stages = stages
-        self.request = request
-        self.draws = draws
-        self.config = stages.config
-        self.schedule = request.streaming.hop_schedule
-        self.rule = decoding_rule(self.config.llm)
-        if request.speech_tokens is not None:
-            self.segments = [None]  # token-to-wav: one segment, no LLM
-        else:
-            self.segments = frontend.segments(request.text)  # raises EmptyTextError
-        self.total_segments = len(self.segments)
-        self.prefix = v2_modes.llm_prefix(request, frontend.tokenize, frontend.normalize)
-        self.cond = v2_modes.flow_conditioning(request)
-        self._prompt_tokens = (0 if self.cond.prompt_token is None
-                               else int(self.cond.prompt_token.size))
-        self._sos, self._task = stages.llm_special_embeddings()
-        self._lock = threading.Lock()
-        self._queue: collections.deque = collections.deque()
-        self._session = None
-        self.llm_segment = 0
-        self.llm_phase = Phase.PREFILL
-        self._llm_times = StageTimes()
-        self._segment_started = time.perf_counter()
-        self.audio_phase = Phase.FLOW
-        self._hop = None
-        self._streams: dict[int, Token2Wav] = {}
-        self._chunk_index = 0
-        self._emitted = 0
-        if self.segments[0] is None:
-            self.tokens = [int(t) for t in request.speech_tokens]
-            self.llm_phase = Phase.DONE
-            self._queue_hops(0, self._policy().due(len(self.tokens), finished=True),
-                             self.tokens)
-        else:
-            self._begin_llm_segment()
-
-    def _policy(self):
-        return policy(self.schedule, self._prompt_tokens)
-
-    # ---- the engine's view ------------------------------------------------------------------
-    @property
-    def phase(self) -> Phase:
-        if self.llm_phase is Phase.DONE and self.audio_phase is Phase.DONE:
-            return Phase.DONE
-        if self._hop is not None:
-            return Phase.VOCODER
-        if self._queue:
-            return Phase.FLOW
-        return self.llm_phase if self.llm_phase is not Phase.DONE else Phase.FLOW
-
-    def ready_lanes(self) -> tuple[str, ...]:
-        """``audio`` when a hop is due or running, ``llm`` while decoding (held back while the
-        request's first hop runs: the first chunk gets the cores, as v1)."""
-        out = []
-        pending = self._hop is not None or bool(self._queue)
-        if self.audio_phase is not Phase.DONE and pending:
-            out.append(AUDIO)
-        if self.llm_phase is not Phase.DONE and not (pending and not self._emitted):
-            out.append(LLM)
-        return tuple(out)
-
-    def step(self, lane: str | None = None) -> list[Audio]:
-        if lane is None:
-            ready = self.ready_lanes()
-            if not ready:
-                raise RuntimeError("no lane of this request can run (program stalled)")
-            lane = ready[0]
-        if lane == AUDIO:
-            return self._audio_step()
-        if lane == LLM:
-            if self.llm_phase is Phase.PREFILL:
-                self._prefill()
-            elif self.llm_phase is Phase.DECODE:
-                self._decode_step()
-            return []
-        raise ValueError(f"unknown lane {lane!r}")
-
-    # ---- llm lane ---------------------------------------------------------------------------
-    def _begin_llm_segment(self) -> None:
-        self.tokens: list[int] = []
-        self.hops = self._policy()
-        self.llm_phase = Phase.PREFILL
-
-    def _prefill(self) -> None:
-        seg = self.segments[self.llm_segment]
-        text = np.asarray(seg.token_ids, dtype=np.int64)[None, :]
-        if text.size == 0:
-            raise InputError("no text tokens to synthesize")
-        n = self.request.num_speech_tokens
-        self.min_len, self.max_len = (n, n) if n is not None else \
-            self.rule.length_limits(text.size)
-        times = StageTimes()
-        before = self.prefix.text_before
-        if before is not None:
-            text = np.concatenate([before, text], axis=1)
-        with times.measure("text_encoder"):
-            parts = [self._sos, self.stages.embed_text(text), self._task]
-            if self.prefix.prompt_speech_token is not None:
-                parts.append(self.stages.embed_speech(self.prefix.prompt_speech_token))
-        lm_input = np.ascontiguousarray(np.concatenate(parts, axis=1), np.float32)
-        self._session = self.stages.new_llm_session()
-        self._session.reset()
-        with times.measure("llm_prefill"):
-            self.logp = self._session.forward(lm_input)
-        self._add_llm_times(times)
-        self.llm_phase = Phase.DECODE
-
-    def _decode_step(self) -> None:
-        emb = self.decode_input()
-        if emb is None:
-            self.decode_leave()
-            return
-        times = StageTimes()
-        with times.measure("llm_decode"):
-            logp = self._session.forward(emb)
-        self.decode_accept(logp, times)
-
-    def _sample(self) -> int:
-        step = len(self.tokens)
-        logp = self.rule.masked(np.asarray(self.logp), step, self.min_len)
-        if self.request.num_speech_tokens is not None:  # a forced count: no stop id at all
-            logp = np.array(logp, np.float32, copy=True)
-            logp[list(self.rule.stop_token_ids)] = -np.inf
-        rng = self.draws.sampling(self.llm_segment, step)
-        return ras_sample(logp, self.tokens, rng, self.config.llm.sampling)
-
-    # ---- batched decode (cosyvino.engine.batching) -------------------------------------------
-    def decode_ready(self, lane: str) -> bool:
-        return lane == LLM and self.llm_phase is Phase.DECODE and self._session is not None
-
-    def decode_session(self):
-        return self._session
-
-    def decode_input(self) -> np.ndarray | None:
-        """Sample the next token; its embedding float32 [1, 1, D], or None when the segment's
-        decoding ends (a stop id or ``max_len``; call :meth:`decode_leave` then)."""
-        times = StageTimes()
-        with times.measure("llm_sampling"):
-            token = self._sample()
-        self._add_llm_times(times)
-        if token in self.rule.stop_token_ids:
-            return None
-        self.tokens.append(token)
-        if len(self.tokens) >= self.max_len:
-            return None
-        return self.stages.embed_speech(np.array([[token]], dtype=np.int64))
-
-    def decode_accept(self, logp: np.ndarray, times: StageTimes | None = None) -> None:
-        self.logp = logp
-        if times is not None:
-            self._add_llm_times(times)
-        self._queue_hops(self.llm_segment, self.hops.due(len(self.tokens), finished=False),
-                         self.tokens)
-
-    def decode_leave(self) -> None:
-        self._close_session()
-        self._queue_hops(self.llm_segment, self.hops.due(len(self.tokens), finished=True),
-                         self.tokens)
-        self.llm_segment += 1
-        if self.llm_segment < self.total_segments:
-            self._begin_llm_segment()
-        else:
-            self.llm_phase = Phase.DONE
-
-    def _add_llm_times(self, times: StageTimes) -> None:
-        with self._lock:
-            self._llm_times.merge(times)
-
-    def _queue_hops(self, segment: int, hops: list[Hop], tokens: list[int]) -> None:
-        if not hops:
-            return
-        with self._lock:
-            for hop in hops:
-                llm_times, self._llm_times = self._llm_times, StageTimes()
-                self._queue.append((segment, hop, np.asarray(tokens[:hop.stop], np.int64),
-                                    llm_times))
-
-    # ---- audio lane -------------------------------------------------------------------------
-    def _audio_step(self) -> list[Audio]:
-        if self._hop is None:
-            with self._lock:
-                if not self._queue:
-                    return []
-                item = self._queue.popleft()
-            self._flow(*item)
-            return []
-        return [self._vocoder()]
-
-    def _flow(self, segment: int, hop: Hop, tokens: np.ndarray, llm_times: StageTimes) -> None:
-        if tokens.size == 0:
-            raise InputError("no speech tokens to synthesize")
-        times = StageTimes()
-        times.merge(llm_times)
-        stream = self._streams.get(segment)
-        if stream is None:
-            self._chunk_index = 0
-            stream = Token2Wav(self.stages, self.cond.embedding,
-                               prompt_token=self.cond.prompt_token,
-                               prompt_feat=self.cond.prompt_feat,
-                               n_timesteps=self.request.n_timesteps, speed=self.request.speed)
-            self._streams[segment] = stream
-        mel = stream.flow(tokens, hop.start, hop.finalize, before_step=self.check_cancelled,
-                          times=times)
-        self._hop = (segment, hop, tokens, times, mel)
-
-    def _vocoder(self) -> Audio:
-        segment, hop, tokens, times, mel = self._hop
-        stream = self._streams[segment]
+    def vocode(self, stream, segment, mel, hop):
         nh = self.config.hift.nb_harmonics + 1
 
         def noise(start: int, samples: int) -> np.ndarray:
             return self.draws.nsf(segment, nh, samples, start=start)[1]
 
-        with times.measure("vocoder"):
-            wav = stream.vocoder(mel, noise, hop.finalize, before_decode=self.check_cancelled)
-        self._hop = None
-        new = tokens[hop.start:] if hop.finalize else \
-            tokens[hop.start:hop.stop - stream.constants.pre_lookahead_len]
-        audio = Audio(wav, self.config.sample_rate, new, {})
-        audio.stats = audio_stats(times, audio.duration,
-                                  time.perf_counter() - self._segment_started, int(new.size))
-        seg = self.segments[segment]
-        if seg is not None and self._chunk_index == 0:
-            audio.stats["text"] = seg.text
-        audio.stats.update(segment=segment, chunk=self._chunk_index,
-                           is_last_in_segment=hop.finalize, seed=self.request.seed,
-                           mode=self.request.mode, hop_schedule=self.schedule)
-        self._chunk_index += 1
-        self._emitted += 1
-        self._segment_started = time.perf_counter()
-        if hop.finalize:
-            self._streams.pop(segment, None)
-            if segment + 1 >= self.total_segments:
-                self.audio_phase = Phase.DONE
-        return audio
+        return stream.vocoder(mel, noise, hop.finalize, before_decode=self.check_cancelled)
 
-    # ---- resources --------------------------------------------------------------------------
-    def _close_session(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            session.close()
 
-    def close(self) -> None:
-        self._close_session()
+__all__ = ["AUDIO", "LLM", "CosyVoice2Program"]

@@ -1,7 +1,7 @@
 """``cosyvino info`` for an official CosyVoice3 dir: config highlights, files, parameter counts
 and speakers, without building modules (sheet v3 §1, §4.1); the summary is shared with
-CosyVoice2 (:func:`cosyvino.families.cosyvoice23.info.speech_lm_dir_info`). Serving CosyVoice3
-comes with its model family; until then the summary says so (``servable``).
+CosyVoice2 (:func:`cosyvino.families.cosyvoice23.info.speech_lm_dir_info`); ``servable`` says how
+the registered CosyVoice3 family serves the dir.
 """
 
 from __future__ import annotations
@@ -30,4 +30,4 @@ def model_info(model_dir: str) -> dict:
     cfg = read_cosyvoice3_config(model_dir)
     return speech_lm_dir_info(
         model_dir, family="cosyvoice3", sample_rate=cfg.sample_rate, llm=cfg.llm, files=FILES,
-        servable="no: this cosyvino reads CosyVoice3 dirs but cannot serve them yet")
+        servable="yes: torch on this dir; onnxruntime after `cosyvino convert --format onnx`")

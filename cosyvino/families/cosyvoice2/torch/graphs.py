@@ -13,6 +13,9 @@ What the parts choose with Python flags is a tensor input here:
   use ``chunk * upsample_stride``. :data:`cosyvino.families.cosyvoice2.graphs.FULL_ATTENTION` (larger than any sequence) gives full
   attention, bit-equal to the parts' non-streaming path (an all-true mask hides nothing).
 
+The text / speech embedding wrappers and :func:`chunk_visible` are shared with CosyVoice3
+(:mod:`cosyvino.families.cosyvoice23.torch.graphs`,
+:mod:`~cosyvino.families.cosyvoice23.torch.chunk_mask`).
 Their parity with the parts' own calls (``flow.encode(..., finalize, streaming)``,
 ``estimator(..., streaming=...)``) is tested in tests/test_cosyvoice2_family.py.
 """
@@ -23,41 +26,16 @@ import torch
 from torch import nn
 
 from cosyvino.families.cosyvoice1.torch.transformer import rel_position_table
+from cosyvino.families.cosyvoice23.torch.chunk_mask import chunk_visible
+from cosyvino.families.cosyvoice23.torch.graphs import (
+    SpeechEmbeddingGraph,
+    TextEmbeddingGraph,
+)
 
 Tensor = torch.Tensor
 
 #: upstream ``mask_to_bias``: the additive attention bias of a hidden key (sheet v2 §5.5)
 MASK_BIAS = -1.0e10
-
-
-def chunk_visible(length_of: Tensor, chunk: Tensor) -> Tensor:
-    """bool ``[T, T]``: query ``i`` sees key ``j`` iff ``j < (i // chunk + 1) * chunk`` (T =
-    ``length_of.shape[0]``; ``chunk`` int64 [1])."""
-    i = torch.ones_like(length_of, dtype=torch.int64).cumsum(0) - 1  # 0..T-1, stays symbolic
-    limit = (torch.div(i, chunk, rounding_mode="floor") + 1) * chunk
-    return i.unsqueeze(0) < limit.unsqueeze(1)
-
-
-class TextEmbeddingGraph(nn.Module):
-    """ids int64 [1, n] (Qwen text ids) -> rows float32 [1, n, D] (the tied ``embed_tokens``)."""
-
-    def __init__(self, llm):
-        super().__init__()
-        self.table = llm.qwen.embed_tokens
-
-    def forward(self, ids: Tensor) -> Tensor:
-        return self.table(ids)
-
-
-class SpeechEmbeddingGraph(nn.Module):
-    """tokens int64 [1, n] (0..6563) -> rows float32 [1, n, D] (``speech_embedding``)."""
-
-    def __init__(self, llm):
-        super().__init__()
-        self.table = llm.speech_embedding
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.table(tokens)
 
 
 class SpecialEmbeddingGraph(nn.Module):
@@ -139,3 +117,7 @@ class EstimatorGraph(nn.Module):
         h = self._transformers(blocks, resnet(torch.cat([h, skip], dim=1), mask, t_emb), bias)
         h = est.final_block(up(h * mask), mask)
         return est.final_proj(h * mask) * mask
+
+
+__all__ = ["MASK_BIAS", "EstimatorGraph", "FlowEncoderGraph", "SpecialEmbeddingGraph",
+           "SpeechEmbeddingGraph", "TextEmbeddingGraph", "chunk_visible"]

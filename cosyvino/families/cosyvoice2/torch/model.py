@@ -9,8 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cosyvino.families.cosyvoice23.voices import (
+    spk2info_voices as shared_spk2info_voices,
+)
+
 from ..model_config import CosyVoice2ModelConfig, read_model_config
-from ..voices import PromptVoice, split_speakers
+from ..voices import PromptVoice
 
 
 @dataclass
@@ -38,20 +42,12 @@ class CosyVoice2TorchModel:
 def spk2info_voices(model_dir: str, config: CosyVoice2ModelConfig
                     ) -> tuple[dict[str, np.ndarray], dict[str, PromptVoice]]:
     """SFT speakers and zero-shot bundles of ``model_dir/spk2info.pt`` (empty without one);
-    bundle transcripts decoded with the dir's Qwen tokenizer. Raises CheckpointError /
+    bundle transcripts decoded with the dir's Qwen tokenizer
+    (:func:`cosyvino.families.cosyvoice23.voices.spk2info_voices`). Raises CheckpointError /
     ModelDirError (unreadable file or tokenizer)."""
-    path = os.path.join(model_dir, "spk2info.pt")
-    if not os.path.isfile(path):  # optional upstream
-        return {}, {}
     from cosyvino.families.cosyvoice23.tokenizer import load_qwen_tokenizer
 
-    from ..speakers import load_cosyvoice2_spk2info
-
-    cfg = config.flow
-    entries = load_cosyvoice2_spk2info(path, embed_dim=cfg.spk_embed_dim,
-                                       mel_bins=cfg.output_size,
-                                       speech_token_size=config.llm.speech_token_size)
-    return split_speakers(entries, decode=load_qwen_tokenizer(model_dir).decode)
+    return shared_spk2info_voices(model_dir, config, load_qwen_tokenizer)
 
 
 def load_torch_model(model_dir: str | os.PathLike) -> CosyVoice2TorchModel:

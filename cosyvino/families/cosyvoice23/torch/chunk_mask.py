@@ -31,3 +31,13 @@ def chunk_mask(length: int, chunk: int, device: torch.device | None = None) -> T
     i = torch.arange(length, device=device)
     limit = (torch.div(i, chunk, rounding_mode="floor") + 1) * chunk
     return i.unsqueeze(0) < limit.unsqueeze(1)
+
+
+def chunk_visible(length_of: Tensor, chunk: Tensor) -> Tensor:
+    """:func:`chunk_mask` with the chunk as a tensor (a graph input): bool ``[T, T]``, query
+    ``i`` sees key ``j`` iff ``j < (i // chunk + 1) * chunk`` (T = ``length_of.shape[0]``, any
+    1-D tensor of the sequence's length; ``chunk`` int64 [1]). The positions come from a cumsum
+    over ``length_of`` so a traced graph keeps ``T`` symbolic."""
+    i = torch.ones_like(length_of, dtype=torch.int64).cumsum(0) - 1  # 0..T-1, stays symbolic
+    limit = (torch.div(i, chunk, rounding_mode="floor") + 1) * chunk
+    return i.unsqueeze(0) < limit.unsqueeze(1)

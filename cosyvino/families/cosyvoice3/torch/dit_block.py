@@ -23,7 +23,8 @@ NORM_EPS = 1e-6
 
 
 def _norm(x: Tensor) -> Tensor:
-    return F.layer_norm(x, x.shape[-1:], eps=NORM_EPS)
+    # the feature width as a Python int: a traced (ONNX) graph needs a constant normalized shape
+    return F.layer_norm(x, (int(x.shape[-1]),), eps=NORM_EPS)
 
 
 class AdaLayerNormZero(nn.Module):

@@ -337,6 +337,15 @@ class CausalDecodeStage(DecodeStage):
         else:
             x = self.conv_pre(mel.narrow(-1, 0, n), mel.narrow(-1, n, self.look_right))
             s_stft = s_stft.narrow(-1, 0, self.stft_frames_per_frame * n + 1)
+        wav = self.generate(x, s_stft)
+        if not self.finalize:
+            wav = wav.narrow(-1, 0, self.samples_per_frame * (n - 1))
+        return torch.clamp(wav, -self.audio_limit, self.audio_limit)
+
+    def generate(self, x: torch.Tensor, s_stft: torch.Tensor) -> torch.Tensor:
+        """From ``conv_pre``'s output x [B, 512, n] and the source STFT [B, n_fft + 2,
+        120 n + 1]: the upsampling stages, ``conv_post`` and the iSTFT -> [B, 480 n] (not
+        clamped)."""
         n_up = len(self.ups)
         for i in range(n_up):
             x = F.leaky_relu(x, self.lrelu_slope)
@@ -353,10 +362,7 @@ class CausalDecodeStage(DecodeStage):
         magnitude = torch.clamp(torch.exp(x[:, :self.n_bins]), max=1e2)
         phase = torch.sin(x[:, self.n_bins:])
         spec = torch.cat([magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1)
-        wav = self._istft(spec)
-        if not self.finalize:
-            wav = wav.narrow(-1, 0, self.samples_per_frame * (n - 1))
-        return torch.clamp(wav, -self.audio_limit, self.audio_limit)
+        return self._istft(spec)
 
 
 def hift_checkpoint_shapes(hift: CausalHiFTGenerator, spelling: str = "parametrizations"
