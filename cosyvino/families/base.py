@@ -331,13 +331,15 @@ class ModelFamily(abc.ABC):
         return names
 
     @classmethod
-    def export_graph(cls, model, spec: GraphSpec, runtime: str) -> tuple[GraphSpec, Any]:
-        """What the ``runtime`` exporter (``"openvino"``, ``"onnx"``) traces for the table entry
-        ``spec`` of the loaded torch ``model``: ``(traced_spec, module)``. ``traced_spec`` has
-        the table entry's data inputs and outputs; a family may lay out its state otherwise
-        for a runtime that keeps the state inside the graph (OpenVINO: one state per layer,
-        what the CPU plugin's stateful attention works on). Default: ``(spec,
-        spec.torch_module(model))``. Imports torch (through the module factory).
+    def export_graph(cls, model, spec: GraphSpec, *,
+                     state_in_graph: bool = False) -> tuple[GraphSpec, Any]:
+        """What an exporter traces for the table entry ``spec`` of the loaded torch ``model``:
+        ``(traced_spec, module)``. ``traced_spec`` has the table entry's data inputs and
+        outputs; a family may lay out its state otherwise for an exporter whose runtime keeps
+        the state inside the graph (``state_in_graph``; the OpenVINO exporter: one state per
+        layer, what the CPU plugin's stateful attention works on). The family asks for the
+        capability, never for a runtime's name. Default: ``(spec, spec.torch_module(model))``.
+        Imports torch (through the module factory).
 
         Raises ValueError: ``spec`` has no torch module."""
         if spec.torch_module is None:
@@ -345,9 +347,9 @@ class ModelFamily(abc.ABC):
         return spec, spec.torch_module(model)
 
     @classmethod
-    def export_layout(cls, runtime: str) -> dict:
-        """The ``llm`` manifest fields the ``runtime`` exporter's layout of this family's
-        stateful graph records (``cosyvino convert`` rewrites a dir whose fields differ:
+    def export_layout(cls, *, state_in_graph: bool = False) -> dict:
+        """The ``llm`` manifest fields an exporter's layout of this family's stateful graph
+        records (``state_in_graph``: as :meth:`export_graph`) (``cosyvino convert`` rewrites a dir whose fields differ:
         :func:`cosyvino.converted.conversion_status`). Default: none. May import torch."""
         return {}
 

@@ -81,21 +81,22 @@ class CosyVoice1(ModelFamily):
         return write_serving_files(model, model_dir, out_dir)
 
     @classmethod
-    def export_graph(cls, model, spec, runtime: str):
-        """OpenVINO traces the stateful ``llm`` step as
+    def export_graph(cls, model, spec, *, state_in_graph: bool = False):
+        """With the state in the graph (the OpenVINO exporter) the stateful ``llm`` step is
         :class:`cosyvino.export.openvino.model_patcher.LLMCacheStep` (its positional tables in
-        windows of ``POS_BUCKET`` rows); every other graph, and every graph for ONNX, is the
-        table's own module."""
-        if runtime == "openvino" and spec.state:
+        windows of ``POS_BUCKET`` rows); every other graph, and every graph of an exporter that
+        feeds the state back (ONNX), is the table's own module."""
+        if state_in_graph and spec.state:
             from cosyvino.export.openvino.model_patcher import LLMCacheStep
 
             return spec, LLMCacheStep(model.llm)
-        return super().export_graph(model, spec, runtime)
+        return super().export_graph(model, spec, state_in_graph=state_in_graph)
 
     @classmethod
-    def export_layout(cls, runtime: str) -> dict:
-        """OpenVINO: :data:`cosyvino.export.openvino.model_patcher.LLM_LAYOUT` (imports torch)."""
-        if runtime == "openvino":
+    def export_layout(cls, *, state_in_graph: bool = False) -> dict:
+        """With the state in the graph (OpenVINO):
+        :data:`cosyvino.export.openvino.model_patcher.LLM_LAYOUT` (imports torch)."""
+        if state_in_graph:
             from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
 
             return dict(LLM_LAYOUT)

@@ -63,21 +63,22 @@ class CosyVoice2(SpeechLMFamily):
         return load_torch_model(model_dir)
 
     @classmethod
-    def export_graph(cls, model, spec, runtime: str):
-        """OpenVINO traces the stateful ``llm`` with one cache state per layer and K/V
-        (:func:`.graphs.layer_state_spec`, :class:`.torch.llm.LayerCacheStep`); every other
-        graph, and every graph for ONNX, is the table's own module."""
-        if runtime == "openvino" and spec.state:
+    def export_graph(cls, model, spec, *, state_in_graph: bool = False):
+        """With the state in the graph (the OpenVINO exporter) the stateful ``llm`` has one
+        cache state per layer and K/V (:func:`.graphs.layer_state_spec`,
+        :class:`.torch.llm.LayerCacheStep`); every other graph, and every graph of an exporter
+        that feeds the state back (ONNX), is the table's own module."""
+        if state_in_graph and spec.state:
             from .graphs import layer_state_spec
             from .torch.llm import LayerCacheStep
 
             return layer_state_spec(spec), LayerCacheStep(model.llm)
-        return super().export_graph(model, spec, runtime)
+        return super().export_graph(model, spec, state_in_graph=state_in_graph)
 
     @classmethod
-    def export_layout(cls, runtime: str) -> dict:
-        """OpenVINO: :data:`.graphs.OPENVINO_LLM_LAYOUT`."""
-        if runtime == "openvino":
+    def export_layout(cls, *, state_in_graph: bool = False) -> dict:
+        """With the state in the graph (OpenVINO): :data:`.graphs.OPENVINO_LLM_LAYOUT`."""
+        if state_in_graph:
             from .graphs import OPENVINO_LLM_LAYOUT
 
             return dict(OPENVINO_LLM_LAYOUT)
