@@ -21,26 +21,26 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import TINY_C  # noqa: E402
+from conftest import TINY_C
 
-from cosyvino.errors import ConfigError, InputError  # noqa: E402
-from cosyvino.families.cosyvoice2.official_stream import hop_schedule  # noqa: E402
-from cosyvino.families.cosyvoice2.presets import full_0_5b  # noqa: E402
-from cosyvino.families.cosyvoice2.torch import estimator as estimator_mod  # noqa: E402
-from cosyvino.families.cosyvoice2.torch import upsample_encoder as encoder_mod  # noqa: E402
-from cosyvino.families.cosyvoice2.torch.flow_loading import load_flow  # noqa: E402
-from cosyvino.families.cosyvoice2.torch.incremental_flow import (  # noqa: E402
+from cosyvino.errors import ConfigError, InputError
+from cosyvino.families.cosyvoice2.official_stream import hop_schedule
+from cosyvino.families.cosyvoice2.presets import full_0_5b
+from cosyvino.families.cosyvoice2.torch import estimator as estimator_mod
+from cosyvino.families.cosyvoice2.torch import upsample_encoder as encoder_mod
+from cosyvino.families.cosyvoice2.torch.flow_loading import load_flow
+from cosyvino.families.cosyvoice2.torch.incremental_flow import (
     IncrementalFlow,
     commit_unit,
     state_bytes_per_second,
 )
-from cosyvino.families.cosyvoice23.fixed_noise import make_cfm_noise_table  # noqa: E402
-from cosyvino.families.cosyvoice23.torch.chunk_mask import (  # noqa: E402
+from cosyvino.families.cosyvoice23.fixed_noise import make_cfm_noise_table
+from cosyvino.families.cosyvoice23.torch.chunk_mask import (
     chunk_mask,
     chunk_window_mask,
 )
-from cosyvino.families.cosyvoice23.torch.flow_inference import flow_inference  # noqa: E402
-from cosyvino.families.cosyvoice23.torch.kv_window import ChunkKVWindow  # noqa: E402
+from cosyvino.families.cosyvoice23.torch.flow_inference import flow_inference
+from cosyvino.families.cosyvoice23.torch.kv_window import ChunkKVWindow
 
 TOL = 1e-4
 #: max / mean |incremental - official| of the final hop's log-mel on tiny-c (docs/performance.md)
@@ -168,7 +168,7 @@ def test_left_chunks_is_upstreams_num_left_chunks(monkeypatch):
 def test_state_size_formula():
     """The state holds what :func:`state_bytes_per_second` says per second of committed audio
     (plus the few conv frames), and the 0.5b figure of the module docstring."""
-    tokens, prompt, _ = _case("plain")
+    tokens, _, _ = _case("plain")
     inc = IncrementalFlow(_flow(), _noise(), n_timesteps=3)
     state = inc.start(_stream()["embedding"])
     inc.hop(state, tokens[:, :78])  # commits 75 tokens = 3 s

@@ -68,13 +68,19 @@ from cosyvino.errors import ConfigError, InputError
 from cosyvino.families.cosyvoice1.cfm import cosine_time_grid
 from cosyvino.families.cosyvoice2.flow_config import CausalFlowConfig
 from cosyvino.families.cosyvoice2.torch.flow import CausalMaskedDiffWithXvec
-from cosyvino.families.cosyvoice2.torch.incremental_encoder import EncoderState, encode_span
+from cosyvino.families.cosyvoice2.torch.incremental_encoder import (
+    EncoderState,
+    encode_span,
+)
 from cosyvino.families.cosyvoice2.torch.incremental_estimator import (
     EstimatorStepState,
     estimate_span,
 )
 from cosyvino.families.cosyvoice23.fixed_noise import noise_columns
-from cosyvino.families.cosyvoice23.torch.flow_inference import flow_inference, speech_tokens
+from cosyvino.families.cosyvoice23.torch.flow_inference import (
+    flow_inference,
+    speech_tokens,
+)
 
 Tensor = torch.Tensor
 
