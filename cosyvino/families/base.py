@@ -331,9 +331,10 @@ class ModelFamily(abc.ABC):
         return names
 
     @classmethod
-    def export_graph(cls, model, spec: GraphSpec, runtime: str) -> tuple[GraphSpec, Any]:
-        """What the ``runtime`` exporter (``"openvino"``, ``"onnx"``) traces for the table entry
-        ``spec`` of the loaded torch ``model``: ``(traced_spec, module)``. ``traced_spec`` has
+    def export_graph(cls, model, spec: GraphSpec, in_graph_state: bool) -> tuple[GraphSpec, Any]:
+        """What an exporter traces for the table entry ``spec`` of the loaded torch ``model``
+        (``in_graph_state``: the runtime keeps a stateful graph's state inside the graph, as
+        OpenVINO's stateful models do; ONNX passes False): ``(traced_spec, module)``. ``traced_spec`` has
         the table entry's data inputs and outputs; a family may lay out its state otherwise
         for a runtime that keeps the state inside the graph (OpenVINO: one state per layer,
         what the CPU plugin's stateful attention works on). Default: ``(spec,
@@ -345,8 +346,8 @@ class ModelFamily(abc.ABC):
         return spec, spec.torch_module(model)
 
     @classmethod
-    def export_layout(cls, runtime: str) -> dict:
-        """The ``llm`` manifest fields the ``runtime`` exporter's layout of this family's
+    def export_layout(cls, in_graph_state: bool) -> dict:
+        """The ``llm`` manifest fields the (``in_graph_state``: state-keeping) exporter's layout of this family's
         stateful graph records (``cosyvino convert`` rewrites a dir whose fields differ:
         :func:`cosyvino.converted.conversion_status`). Default: none. May import torch."""
         return {}

@@ -360,7 +360,7 @@ def _export_layout(model_dir: str) -> dict:
         from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
 
         return dict(LLM_LAYOUT)
-    return family.export_layout("openvino")
+    return family.export_layout(True)  # OpenVINO keeps the state in the graph
 
 
 @hookimpl

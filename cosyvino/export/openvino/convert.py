@@ -39,8 +39,9 @@ from .model_patcher import fused_qkv, sdpa_attention
 from .stateful import make_llm_stateful
 
 WEIGHTS = ("fp32", "fp16")
-#: the runtime name the family hooks (``export_graph``, ``export_layout``) are asked for
-RUNTIME = "openvino"
+#: what the family hooks (``export_graph``, ``export_layout``) are told: OpenVINO keeps a
+#: stateful graph's state inside the compiled model
+IN_GRAPH_STATE = True
 #: v1's LLM step, what :func:`convert_llm` converts (benchmarks/llm_batch.py)
 LLM_GRAPH = "llm"
 
@@ -104,7 +105,7 @@ def convert_stateful(m, spec: GraphSpec, *, stateful: bool = True) -> ov.Model:
     patches; stateful (its data inputs + ``beam_idx`` -> its data outputs, the traced spec's
     states in OpenVINO state) or with the state as explicit inputs/outputs (the traced
     spec's tensors)."""
-    traced, step = model_family(m.path).export_graph(m, spec, RUNTIME)
+    traced, step = model_family(m.path).export_graph(m, spec, IN_GRAPH_STATE)
     with sdpa_attention(step), fused_qkv(step):
         om = convert_graph(m, traced, step)
     if stateful:
@@ -122,7 +123,7 @@ def convert_entry(m, spec: GraphSpec) -> ov.Model:
     :func:`convert_stateful`, the others through the family's module for OpenVINO."""
     if spec.state:
         return convert_stateful(m, spec)
-    traced, module = model_family(m.path).export_graph(m, spec, RUNTIME)
+    traced, module = model_family(m.path).export_graph(m, spec, IN_GRAPH_STATE)
     return convert_graph(m, traced, module)
 
 
@@ -161,7 +162,7 @@ def convert_model_dir(model_dir: str, out_dir: str | None = None, *, weights: st
             say(f"converted {name} in {now - stage_start:.0f} s ({now - start:.0f} s in all)")
 
     try:
-        layout = model_family(model_dir).export_layout(RUNTIME)
+        layout = model_family(model_dir).export_layout(IN_GRAPH_STATE)
     except ModelDirError:
         layout = {}  # convert_atomically reports the bad dir
     header = {

@@ -81,21 +81,21 @@ class CosyVoice1(ModelFamily):
         return write_serving_files(model, model_dir, out_dir)
 
     @classmethod
-    def export_graph(cls, model, spec, runtime: str):
+    def export_graph(cls, model, spec, in_graph_state: bool):
         """OpenVINO traces the stateful ``llm`` step as
         :class:`cosyvino.export.openvino.model_patcher.LLMCacheStep` (its positional tables in
         windows of ``POS_BUCKET`` rows); every other graph, and every graph for ONNX, is the
         table's own module."""
-        if runtime == "openvino" and spec.state:
+        if in_graph_state and spec.state:
             from cosyvino.export.openvino.model_patcher import LLMCacheStep
 
             return spec, LLMCacheStep(model.llm)
-        return super().export_graph(model, spec, runtime)
+        return super().export_graph(model, spec, in_graph_state)
 
     @classmethod
-    def export_layout(cls, runtime: str) -> dict:
+    def export_layout(cls, in_graph_state: bool) -> dict:
         """OpenVINO: :data:`cosyvino.export.openvino.model_patcher.LLM_LAYOUT` (imports torch)."""
-        if runtime == "openvino":
+        if in_graph_state:
             from cosyvino.export.openvino.model_patcher import LLM_LAYOUT
 
             return dict(LLM_LAYOUT)

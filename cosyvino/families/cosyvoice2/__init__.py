@@ -76,21 +76,21 @@ class CosyVoice2(ModelFamily):
         return load_torch_model(model_dir)
 
     @classmethod
-    def export_graph(cls, model, spec, runtime: str):
+    def export_graph(cls, model, spec, in_graph_state: bool):
         """OpenVINO traces the stateful ``llm`` with one cache state per layer and K/V
         (:func:`.graphs.layer_state_spec`, :class:`.torch.llm.LayerCacheStep`); every other
         graph, and every graph for ONNX, is the table's own module."""
-        if runtime == "openvino" and spec.state:
+        if in_graph_state and spec.state:
             from .graphs import layer_state_spec
             from .torch.llm import LayerCacheStep
 
             return layer_state_spec(spec), LayerCacheStep(model.llm)
-        return super().export_graph(model, spec, runtime)
+        return super().export_graph(model, spec, in_graph_state)
 
     @classmethod
-    def export_layout(cls, runtime: str) -> dict:
+    def export_layout(cls, in_graph_state: bool) -> dict:
         """OpenVINO: :data:`.graphs.OPENVINO_LLM_LAYOUT`."""
-        if runtime == "openvino":
+        if in_graph_state:
             from .graphs import OPENVINO_LLM_LAYOUT
 
             return dict(OPENVINO_LLM_LAYOUT)
