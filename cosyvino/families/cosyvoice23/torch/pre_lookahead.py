@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cosyvino.families.cosyvoice23.torch.causal_conv import conv_with_left
+
 Tensor = torch.Tensor
 
 #: ``F.leaky_relu`` default slope, as upstream calls it
@@ -56,3 +58,37 @@ class PreLookaheadLayer(nn.Module):
         h = F.leaky_relu(self.conv1(h), _LEAKY_SLOPE)
         h = self.conv2(F.pad(h, (self.conv2.kernel_size[0] - 1, 0)))
         return h.transpose(1, 2) + x
+
+
+def pre_lookahead_span(layer: PreLookaheadLayer, x: Tensor, context: Tensor | None,
+                       left: Tensor, commit: int) -> tuple[Tensor, Tensor]:
+    """:class:`PreLookaheadLayer` over one span of a longer sequence (incremental streaming).
+
+    The span's outputs equal those of the whole sequence when ``context`` holds the
+    ``lookahead`` frames that really follow the span (or ``None`` at the true end, where the
+    whole-sequence call pads zeros) and ``left`` is the state this function returned for the
+    previous span: ``conv2`` is causal and ``conv1`` reads only ``x`` and ``context``.
+
+    Args:
+        layer: the layer (its weights).
+        x: float ``[B, T, in_channels]`` (time-major), the span.
+        context: float ``[B, lookahead, in_channels]`` or ``None`` (zero look-ahead).
+        left: float ``[B, channels, 2]``: ``leaky_relu(conv1)`` of the 2 frames before the span
+            (zeros at the start of the sequence).
+        commit: frames of the span after which the next span starts (``0 <= commit <= T``).
+    Returns:
+        (float ``[B, T, in_channels]``, the next span's ``left``).
+    Raises:
+        ValueError: ``context`` does not hold exactly ``lookahead`` frames.
+    """
+    h = x.transpose(1, 2)
+    if context is None:
+        h = F.pad(h, (0, layer.lookahead))
+    else:
+        if context.shape[1] != layer.lookahead:
+            raise ValueError(f"look-ahead context must hold {layer.lookahead} frames, got "
+                             f"{context.shape[1]}")
+        h = torch.cat([h, context.transpose(1, 2)], dim=2)
+    h = F.leaky_relu(layer.conv1(h), _LEAKY_SLOPE)
+    y, left = conv_with_left(layer.conv2, h, left, commit)
+    return y.transpose(1, 2) + x, left
