@@ -31,15 +31,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvino.errors import CheckpointError, InputError
-from cosyvino.families.cosyvoice1.checkpoint import check_state_dict, load_torch_file
 from cosyvino.families.cosyvoice1.torch.hift import DecodeStage, F0Stage
 from cosyvino.families.cosyvoice1.torch.hift import HiFTGenerator as _V1HiFTGenerator
 from cosyvino.families.cosyvoice1.weight_norm import (
     fold_weight_norm,
-    strip_generator_prefix,
     unfold_weight_norm,
 )
 from cosyvino.families.cosyvoice2.hift_config import HiFTConfig, read_hift_config
+from cosyvino.families.cosyvoice23.torch.hift_checkpoint import read_hift_state_dict
 
 __all__ = [
     "DecodeStage",
@@ -51,7 +50,6 @@ __all__ = [
 ]
 
 _PARAMETRIZATION_G = ".parametrizations.weight.original0"
-_WEIGHT_G = ".weight_g"
 
 
 class HiFTGenerator(_V1HiFTGenerator):
@@ -180,18 +178,8 @@ def load_hift(model_dir_or_file: str | os.PathLike, cfg: HiFTConfig | None = Non
         raise InputError(f"load_hift({path!r}) needs cfg, or a model directory with "
                          "cosyvoice2.yaml")
     hift = HiFTGenerator(cfg)
-    raw = load_torch_file(path)
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: expected a state_dict (name -> tensor), got "
-                              f"{type(raw).__name__}", path)
-    try:
-        sd = strip_generator_prefix(raw)
-    except KeyError as e:
-        raise CheckpointError(f"{path}: {e.args[0]}", path) from None
-    spelling = "weight_g" if any(k.endswith(_WEIGHT_G) for k in sd) else "parametrizations"
-    check_state_dict(sd, hift_checkpoint_shapes(hift, spelling), path,
-                     hint="hift.pt weight-norm keys use 'X.parametrizations.weight.original0/1' "
-                          "(or all of them 'X.weight_g'/'X.weight_v')")
+    sd = read_hift_state_dict(path, lambda spelling: hift_checkpoint_shapes(hift, spelling),
+                              config_name="cosyvoice2.yaml")
     try:
         sd = fold_weight_norm({k: v.float() for k, v in sd.items()})
     except (KeyError, ValueError) as e:

@@ -38,7 +38,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvino.errors import CheckpointError, InputError
-from cosyvino.families.cosyvoice1.checkpoint import check_state_dict, load_torch_file
 from cosyvino.families.cosyvoice1.torch.hift import (
     DecodeStage,
     Snake,
@@ -46,7 +45,6 @@ from cosyvino.families.cosyvoice1.torch.hift import (
 )
 from cosyvino.families.cosyvoice1.weight_norm import (
     fold_weight_norm,
-    strip_generator_prefix,
     unfold_weight_norm,
 )
 from cosyvino.families.cosyvoice3.hift_config import (
@@ -59,6 +57,7 @@ from cosyvino.families.cosyvoice3.torch.causal_convs import (
     CausalConv1dDownSample,
     CausalConv1dUpsample,
 )
+from cosyvino.families.cosyvoice23.torch.hift_checkpoint import read_hift_state_dict
 
 __all__ = [
     "CausalConvRNNF0Predictor",
@@ -72,7 +71,6 @@ __all__ = [
 ]
 
 _F0_PREFIX = "f0_predictor."
-_WEIGHT_G = ".weight_g"
 
 
 class CausalResBlock(nn.Module):
@@ -404,19 +402,8 @@ def load_hift(model_dir_or_file: str | os.PathLike, cfg: CausalHiFTConfig | None
         raise InputError(f"load_hift({path!r}) needs cfg, or a model directory with "
                          "cosyvoice3.yaml")
     hift = CausalHiFTGenerator(cfg)
-    raw = load_torch_file(path)
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: expected a state_dict (name -> tensor), got "
-                              f"{type(raw).__name__}", path)
-    try:
-        sd = strip_generator_prefix(raw)
-    except KeyError as e:
-        raise CheckpointError(f"{path}: {e.args[0]}", path) from None
-    spelling = "weight_g" if any(k.endswith(_WEIGHT_G) for k in sd) else "parametrizations"
-    check_state_dict(sd, hift_checkpoint_shapes(hift, spelling), path,
-                     hint="hift.pt weight-norm keys use 'X.parametrizations.weight.original0/1' "
-                          "(or all of them 'X.weight_g'/'X.weight_v')",
-                     config_name="cosyvoice3.yaml")
+    sd = read_hift_state_dict(path, lambda spelling: hift_checkpoint_shapes(hift, spelling),
+                              config_name="cosyvoice3.yaml")
     bad = [k for k, v in sd.items() if not torch.is_tensor(v) or not v.is_floating_point()]
     if bad:
         raise CheckpointError(f"{path}: non-float values for {bad[:5]}", path)
