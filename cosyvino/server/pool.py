@@ -6,8 +6,9 @@
   scheduler over ``[engine] * N``); any other backend gets one loaded ``Synthesizer`` per
   worker (scheduler over ``[s.engine for s in synths]``). Each request has its own program and
   LLM session (KV cache), so requests never share decoding state.
-* Admission happens on the event loop: at most ``max_sessions`` requests are in the scheduler
-  (one slot each) plus ``queue_size`` waiting for a slot; one more raises :class:`Busy` (the
+* Admission happens on the event loop: at most ``max_sessions`` requests hold a slot in the
+  scheduler (plus detached ones finishing their last stage call, below) and ``queue_size``
+  wait for a slot; one more raises :class:`Busy` (the
   app answers 503 + Retry-After). Bounding what reaches the scheduler keeps its round-robin
   from spreading the model over every queued request (each would slow down, none would finish
   sooner).
