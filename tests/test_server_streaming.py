@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import threading
+import time
 
 import pytest
 
@@ -168,6 +169,17 @@ def _cut_log(caplog, reason):
             if r.name == "cosyvino.server" and f"stream cut ({reason})" in r.getMessage()]
 
 
+def _errors(caplog):
+    """ERROR records (uvicorn's "ASGI callable returned without completing response." for a
+    cut body among them, on the old code)."""
+    return [f"{r.name}: {r.getMessage()}" for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def _uvicorn_incomplete(caplog):
+    return [r for r in caplog.records
+            if r.name.startswith("uvicorn") and "without completing response" in r.getMessage()]
+
+
 @pytest.mark.parametrize("fmt", ["wav", "mp3"])
 def test_failure_mid_stream_aborts_the_body(server, gate, fmt, caplog):
     url = server.url
@@ -186,6 +198,8 @@ def test_failure_mid_stream_aborts_the_body(server, gate, fmt, caplog):
     assert metric(url, "cosyvino_streams_cut_total",
                   'endpoint="/v1/audio/speech",reason="error"') == before + 1
     (record,) = _cut_log(caplog, "error")
+    assert record.levelno == logging.WARNING
+    assert _uvicorn_incomplete(caplog) == []  # the cut is deliberate: not uvicorn's ERROR
     message = record.getMessage()
     assert f"/v1/audio/speech {fmt}, {len(TEXT)} characters" in message
     assert "s of audio sent in 2 chunk(s)" in message and "vocoder failed (test)" in message
@@ -236,6 +250,58 @@ def test_timeout_mid_stream_is_a_cut_the_client_sees(short_timeout_server, gate,
     assert metric(url, "cosyvino_cancelled_total", 'reason="timeout"') >= 1
     (record,) = _cut_log(caplog, "timeout")
     assert "did not finish within 8 s" in record.getMessage()
+    # issue 33 (trial 3, item 2): our WARNING is the whole log of a deliberate cut; uvicorn's
+    # "ERROR ASGI callable returned without completing response" read as a crash
+    assert record.levelno == logging.WARNING and _errors(caplog) == []
+
+
+def test_a_cut_frees_its_slot_before_the_client_sees_the_cut(short_timeout_server, gate):
+    """Issue 33 (trial 3, item 1): a request cut at the timeout held its slot while its worker
+    finished the stage call it was in (~3 s on the trial's loaded machine): /ready said
+    in_flight 1 and two vc requests got 503 meanwhile. The slot goes back at the cut; the cut
+    request stops at its next stage call and is still accounted for.
+
+    The gate holds the cut request's worker inside its vocoder call (its audio lane's lock
+    with it) until the checks are done, so the "meanwhile" lasts as long as the test needs."""
+    url, pool = short_timeout_server.url, short_timeout_server.state.pool
+    stopped = metric(url, "cosyvino_stopped_early_total")
+    cut = metric(url, "cosyvino_streams_cut_total", 'endpoint="/v1/audio/speech",reason="timeout"')
+    gate.reset(mode="hold", at=2)  # held past the request's 8 s: cut at the timeout
+    with pytest.raises(httpx.RemoteProtocolError):
+        with httpx.stream("POST", url + "/v1/audio/speech", json=body("wav"),
+                          timeout=120) as r:
+            assert r.status_code == 200
+            for _ in r.iter_raw():
+                pass
+    result: dict = {}
+    try:
+        assert not gate.release.is_set()  # its worker is still in the held stage call
+        ready = httpx.get(url + "/ready", timeout=30).json()
+        assert ready["in_flight"] == 0 and ready["stopping"] == 1
+        assert ready["admission"]["backlog_seconds"] == 0
+        # the next request gets the free slot at once (it is submitted to the scheduler while
+        # the cut request's worker is still held; before: it waited, or got 503)
+        nxt = threading.Thread(target=lambda: result.update(r=httpx.post(
+            url + "/v1/audio/speech", json=body("wav", input="你好。"), timeout=120)))
+        nxt.start()
+        deadline = time.monotonic() + 20
+        while len(pool._jobs) < 2 and time.monotonic() < deadline and nxt.is_alive():
+            time.sleep(0.02)
+        assert len(pool._jobs) == 2 and pool.running == 1 and pool.stopping == 1
+    finally:
+        gate.release.set()
+    nxt.join(60)
+    r = result["r"]
+    assert r.status_code == 200 and decoded_samples("wav", r.content) > 0
+    deadline = time.monotonic() + 20
+    while (pool.stopping or pool.running) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert pool.stopping == 0 and pool.running == 0 and pool.admitted == 0
+    # the cut request stopped at its next stage call (its third segment never ran)
+    assert metric(url, "cosyvino_stopped_early_total") == stopped + 1
+    assert metric(url, "cosyvino_streams_cut_total",
+                  'endpoint="/v1/audio/speech",reason="timeout"') == cut + 1
+    assert metric(url, "cosyvino_in_flight") == 0
 
 
 def test_a_complete_stream_is_not_counted_as_cut(server, gate):
@@ -323,3 +389,4 @@ def test_vc_cut_at_the_timeout_fails_curl(short_timeout_server, gate, caplog, tm
     assert "/inference_vc raw, " in record.getMessage()
     assert "bytes of source audio" in record.getMessage()
     assert "did not finish within 8 s" in record.getMessage()
+    assert record.levelno == logging.WARNING and _errors(caplog) == []  # no uvicorn ERROR

@@ -505,7 +505,8 @@ class _FakeJob:
     """What :meth:`SynthesisPool._on_event` needs of a job: its ticket, emit, a loop."""
 
     def __init__(self, ticket):
-        self.ticket, self.completed, self.cancel = ticket, False, None
+        self.ticket, self.completed, self.cancel = ticket, False, threading.Event()
+        self.released = self.detached = False
         self.finished = threading.Event()
         self.loop = self  # call_soon_threadsafe runs at once
 
@@ -627,6 +628,81 @@ def test_a_request_is_alone_only_without_running_or_validating_company():
     _deliver(pool, a, 2.0, 9.0, clock, cpu)
     assert est.quiet_rtf_of("plain") == quiet
     assert est.rtf > 2.0  # all of it counts in the current rate
+
+
+def test_a_detached_request_frees_its_slot_at_once_and_is_accounted_when_it_stops():
+    """Issue 33 (trial 3, item 1): a response that stops waiting (a cut at the timeout) gives
+    the slot back at that moment, not when the worker leaves its stage call: the next request
+    is admitted and starts at once; the detached one counts as stopping, not running, until
+    its worker reports it; neither its last chunk nor the new request's chunks meanwhile feed
+    the quiet rate; its end releases nothing twice."""
+    from cosyvino.server.pool import Busy
+
+    clock, cpu = FakeClock(), FakeClock(0.0)
+    pool = _bare_pool(sessions=1, queue=0, timeout=120.0, clock=clock)
+    pool.cpu_clock = cpu
+    est = pool.estimator
+    a = _run_one(pool, 60.0)
+    job = _FakeJob(a)
+    pool._running += 1  # as start() does
+    _deliver(pool, job.ticket, 2.0, 1.0, clock, cpu)      # alone: quiet 1.0
+    assert est.quiet_rtf_of("plain") == pytest.approx(1.0)
+    with pytest.raises(Busy):                             # the one session is taken
+        pool.enter(_forced(1.0))
+    assert pool.detach(job) and job.cancel.is_set()
+    assert (pool.running, pool.stopping, pool.admitted) == (0, 1, 0)
+    assert pool.estimates()["backlog_seconds"] == 0      # its 58 s left are not ahead
+    assert not pool.detach(job)                          # once
+    b = _run_one(pool, 1.0)                              # admitted, a slot at once
+    assert b.shared and pool.running == 0                # (b is not start()ed here)
+    pool._on_event(job, "chunk", _audio(2.0))            # a's last stage call ends
+    _deliver(pool, b, 1.0, 9.0, clock, cpu)
+    assert est.quiet_rtf_of("plain") == pytest.approx(1.0)  # neither was alone
+    pool._finish(job)                                    # a's worker: cancelled, stopped
+    assert (pool.running, pool.stopping, pool.admitted) == (0, 0, 1)
+    assert job.finished.is_set() and pool._sem._value == 0  # b still holds the one slot
+    _deliver(pool, b, 1.0, 1.0, clock, cpu)              # b's chunk before a stopped:
+    assert est.quiet_rtf_of("plain") == pytest.approx(1.0)  # still shared
+    with pytest.raises(Busy):                             # b has the session now
+        pool.enter(_forced(1.0))
+
+
+def _audio(seconds: float):
+    from cosyvino.audio import Audio
+
+    return Audio(np.zeros(int(seconds * 1000), np.float32), 1000)
+
+
+def test_only_a_deliberate_cut_mutes_uvicorns_incomplete_response_error():
+    """Issue 33 (trial 3, item 2): uvicorn logs every app return with an unfinished body as
+    ERROR "ASGI callable returned without completing response." (operators read it as a
+    crash). The filter drops it only for a response that marked itself cut; the same message
+    for any other response, and every other record, go through."""
+    import contextvars
+    import logging
+
+    from cosyvino.server import logs
+
+    def record(msg):
+        return logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, msg, None, None)
+
+    f = logs.DeliberateCutFilter()
+
+    def in_request(cut: bool, msg: str) -> bool:
+        logs.response_notes.set({})                      # as RequestIdMiddleware does
+        if cut:
+            logs.mark_deliberate_cut("timeout")
+        return f.filter(record(msg))
+
+    ctx = contextvars.copy_context
+    assert ctx().run(in_request, True, logs.INCOMPLETE_RESPONSE) is False
+    assert ctx().run(in_request, False, logs.INCOMPLETE_RESPONSE) is True
+    assert ctx().run(in_request, True, "Exception in ASGI application\n") is True
+    assert ctx().run(lambda: f.filter(record(logs.INCOMPLETE_RESPONSE))) is True  # no request
+    logs.install_cut_filter()
+    logs.install_cut_filter()
+    assert sum(isinstance(x, logs.DeliberateCutFilter)
+               for x in logging.getLogger("uvicorn.error").filters) == 1
 
 
 def test_an_idle_server_never_answers_503():

@@ -18,6 +18,13 @@ log formats of ``cosyvino serve --log-format`` (``text``, ``json``). See docs/se
   request.
 * :func:`configure_logging`: installs one of them on the root logger (uvicorn's own loggers
   propagate to it: ``runner`` starts uvicorn with ``log_config=None``).
+* :class:`DeliberateCutFilter` (on logger ``uvicorn.error``, :func:`install_cut_filter`):
+  drops uvicorn's ``ASGI callable returned without completing response.`` ERROR for a
+  response that the server cut on purpose (:func:`mark_deliberate_cut`; docs/server.md,
+  "Streams that are cut"), which has its own WARNING already. ASGI has no message that ends an
+  HTTP/1.1 body without its terminating chunk: returning without the last body message is the
+  only way, and uvicorn reports every such return as an ERROR, so this filter is the narrow
+  way out. The same message for any other response still goes through.
 """
 
 from __future__ import annotations
@@ -34,6 +41,15 @@ from datetime import datetime, timezone
 #: the id of the HTTP request being handled (None outside a request)
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "cosyvino_request_id", default=None)
+#: notes the response of the HTTP request being handled leaves for the log records written
+#: after the app returned (uvicorn's, in the same task): a fresh dict per request, set by
+#: :class:`RequestIdMiddleware` and never reset (each request runs in a task of its own; a
+#: dict, so a response running in a copied context still writes to the request's one)
+response_notes: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "cosyvino_response_notes", default=None)
+#: what uvicorn logs (ERROR, logger ``uvicorn.error``) when an app returns with its response
+#: begun but not ended: what a deliberate cut of a chunked body is
+INCOMPLETE_RESPONSE = "ASGI callable returned without completing response."
 
 LOG_FORMATS = ("text", "json")
 HEADER = "x-request-id"
@@ -77,6 +93,7 @@ class RequestIdMiddleware:
                 break
         rid = given or new_request_id()
         token = request_id.set(rid)
+        response_notes.set({})  # not reset: read after we return (DeliberateCutFilter)
         start = time.perf_counter()
         status = None
 
@@ -107,6 +124,35 @@ class RequestIdMiddleware:
                            extra={"method": method, "path": path, "status": status,
                                   "duration_ms": ms})
             request_id.reset(token)
+
+
+def mark_deliberate_cut(reason: str) -> None:
+    """Note that the response of the request being handled is cut on purpose (``reason``:
+    a :data:`~.streaming.CUT_REASONS` value), so uvicorn's report of its incomplete body is
+    not logged (:class:`DeliberateCutFilter`). No-op outside :class:`RequestIdMiddleware`."""
+    notes = response_notes.get()
+    if notes is not None:
+        notes["cut"] = reason
+
+
+class DeliberateCutFilter(logging.Filter):
+    """Drops :data:`INCOMPLETE_RESPONSE` records of a response marked by
+    :func:`mark_deliberate_cut`; every other record (that message for an unmarked response
+    included: a real bug) passes."""
+
+    def filter(self, record):
+        if record.msg != INCOMPLETE_RESPONSE:
+            return True
+        notes = response_notes.get()
+        return not (notes and notes.get("cut"))
+
+
+def install_cut_filter() -> None:
+    """Put one :class:`DeliberateCutFilter` on logger ``uvicorn.error`` (where uvicorn's
+    HTTP protocols log; idempotent)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, DeliberateCutFilter) for f in logger.filters):
+        logger.addFilter(DeliberateCutFilter())
 
 
 class _RequestIdFilter(logging.Filter):

@@ -6,16 +6,23 @@
   scheduler over ``[engine] * N``); any other backend gets one loaded ``Synthesizer`` per
   worker (scheduler over ``[s.engine for s in synths]``). Each request has its own program and
   LLM session (KV cache), so requests never share decoding state.
-* Admission happens on the event loop: at most ``max_sessions`` requests are in the scheduler
-  (one slot each) plus ``queue_size`` waiting for a slot; one more raises :class:`Busy` (the
+* Admission happens on the event loop: at most ``max_sessions`` requests hold a slot in the
+  scheduler (plus detached ones finishing their last stage call, below) and ``queue_size``
+  wait for a slot; one more raises :class:`Busy` (the
   app answers 503 + Retry-After). Bounding what reaches the scheduler keeps its round-robin
   from spreading the model over every queued request (each would slow down, none would finish
   sooner).
 * A :class:`Job` brings a request's chunks from the scheduler's worker threads to the event loop
   (the handle's callback posts them with ``loop.call_soon_threadsafe``). Setting the job's
-  ``cancel`` event (client gone, timeout, shutdown) stops the request before its next step; the
-  slot is given back when the worker reports the request finished (done, failed, cancelled),
-  never earlier, so a cancelled request cannot overlap the next one.
+  ``cancel`` event (client gone, timeout, shutdown) stops the request before its next stage
+  call. The slot is given back when the worker reports the request finished (done, failed,
+  cancelled) or, when the response stops waiting for it first (a stream cut at the timeout or
+  by a failure, a 504, a client gone: :meth:`SynthesisPool.detach`), at that moment (issue 33:
+  a cut request held its slot for the ~3 s of its last stage call and the next requests got
+  503). A detached request is cancelled, so it overlaps the next one by at most the stage call
+  it is in; until its worker reports it stopped it is *stopping* (``/ready``), no longer
+  running: its remaining work is not counted ahead of new requests, and neither its chunks nor
+  those of requests running beside it feed the quiet rate.
 * Admission accounts for work (issue 19, items 2, 3, 10): :class:`WorkEstimator` turns a request
   into expected seconds of speech and wall seconds (rates measured online, decaying), and
   :meth:`SynthesisPool.enter` refuses a request that would not finish before its deadline given
@@ -386,6 +393,7 @@ class SynthesisPool:
         self.clock = clock
         self.cpu_clock = cpu_clock  # process CPU seconds (all threads): is a chunk starved?
         self._validating = 0  # validations in progress (prompt models: CPU-heavy; under _lock)
+        self._stopping = 0  # detached jobs whose worker is still in a stage call (under _lock)
         self.estimator = WorkEstimator(clock)
         self._queued: list[Ticket] = []   # admitted, waiting for a slot (FIFO; under _lock)
         self._started: list[Ticket] = []  # holding a slot (under _lock)
@@ -499,9 +507,9 @@ class SynthesisPool:
         return state.request, state.total_segments
 
     def _mark_shared(self) -> None:
-        """Under _lock: when more than one request is in the pool (running or validating),
-        none of the running ones is alone until its next chunk."""
-        if len(self._started) + self._validating > 1:
+        """Under _lock: when more than one request is in the pool (running, validating or
+        stopping), none of the running ones is alone until its next chunk."""
+        if len(self._started) + self._validating + self._stopping > 1:
             for t in self._started:
                 t.shared = True
 
@@ -782,7 +790,7 @@ class SynthesisPool:
     async def start(self, request: SynthesisRequest, cancel: threading.Event) -> "Job":
         """Submit ``request`` to the scheduler, after :meth:`acquire` returned True; returns the
         :class:`Job` to read its chunks from. The slot is released when the scheduler reports
-        the request finished.
+        the request finished, or earlier by :meth:`detach`.
 
         A request admitted before draining began still runs (graceful shutdown drains the
         queue too), until :meth:`shutdown` closes the scheduler.
@@ -839,12 +847,14 @@ class SynthesisPool:
                 now, cpu = self.clock(), self.cpu_clock()
                 speech = value.duration * t.speed
                 with self._lock:
-                    alone = not t.shared and len(self._started) == 1 and not self._validating
+                    # a detached job's last chunk is not a measure of a request alone
+                    alone = not (t.shared or job.detached or self._validating
+                                 or self._stopping) and len(self._started) == 1
                     self.estimator.observe_chunk(now - t.last, speech, t.kind, alone=alone,
                                                  cpu=cpu - t.cpu_last)
                     t.done += speech
                     t.last, t.cpu_last = now, cpu
-                    t.shared = len(self._started) + self._validating > 1
+                    t.shared = len(self._started) + self._validating + self._stopping > 1
                     rtf = self.estimator.rtf
                 if self.metrics is not None:
                     self.metrics.estimated_rtf.set(rtf)
@@ -864,7 +874,8 @@ class SynthesisPool:
 
     def _finish(self, job: "Job", ran: bool = True) -> None:
         """The request left the scheduler (``ran``) or never got in: bookkeeping, then the slot
-        goes back on the loop. Any thread; once per job."""
+        goes back on the loop, unless :meth:`detach` gave it back already (then the job only
+        stops counting as stopping). Any thread; once per job."""
         t = job.ticket
         with self._lock:
             if t is not None:
@@ -874,17 +885,45 @@ class SynthesisPool:
                     self._queued.remove(t)
                 if ran and job.completed:  # speech per text unit, from whole requests
                     self.estimator.observe_request(t.units, t.done)
-            self._running -= 1
+            release = not job.released
+            if release:
+                job.released = True
+                self._running -= 1
+            else:
+                self._stopping -= 1
             self._jobs.discard(job)
             running = self._running
         if self.metrics is not None:
             self.metrics.in_flight.set(running)
         # set before the slot goes back: whoever gets the slot sees this job finished
         job.finished.set()
+        if not release:
+            return
         try:
             job.loop.call_soon_threadsafe(self._release)
         except RuntimeError:  # loop already closed (shutdown)
             pass
+
+    def detach(self, job: "Job") -> bool:
+        """The response stops waiting for ``job`` (its stream is cut, it answered 504, its
+        client is gone): cancel it and give its slot back now, without waiting for its worker
+        to leave the stage call it is in (event-loop thread). The job then counts as stopping
+        (:attr:`stopping`) until its worker reports it finished (:meth:`_finish` does the rest
+        of its bookkeeping then: the estimator still gets what it measured). False when the
+        job had finished already (nothing to do); safe to call more than once."""
+        job.cancel.set()  # before the slot goes back: it stops at its next stage call
+        with self._lock:
+            if job.released:
+                return False
+            job.released = job.detached = True
+            t = job.ticket
+            if t is not None and t in self._started:
+                self._started.remove(t)
+            self._running -= 1
+            self._stopping += 1
+            self._mark_shared()  # the requests running beside it are not alone meanwhile
+        self._release()
+        return True
 
     @property
     def admitted(self) -> int:
@@ -893,8 +932,15 @@ class SynthesisPool:
 
     @property
     def running(self) -> int:
-        """Requests in the scheduler (submitted, not finished)."""
+        """Requests in the scheduler holding a slot (submitted, neither finished nor
+        detached)."""
         return self._running
+
+    @property
+    def stopping(self) -> int:
+        """Detached requests (:meth:`detach`) whose worker has not reported them stopped yet
+        (it is finishing the stage call it was in)."""
+        return self._stopping
 
     def cancel_all(self) -> None:
         """Cancel every request in the scheduler (each stops before its next step)."""
@@ -919,7 +965,10 @@ class Job:
         cancel: the request's cancel event (shared with its engine state; set it to stop).
         handle: the scheduler's :class:`~cosyvino.engine.RequestHandle` (after submit).
         total: number of text segments (chunks) to expect.
-        finished: set once the request has left the scheduler (slot given back).
+        finished: set once the request has left the scheduler.
+        released: its slot was given back (by :meth:`SynthesisPool.detach` or at the end;
+            under the pool's lock); ``detached``: by :meth:`~SynthesisPool.detach`, before
+            its worker reported it finished.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, cancel: threading.Event):
@@ -932,6 +981,8 @@ class Job:
         self.started = time.perf_counter()
         self.ticket: Ticket | None = None  # the admission ticket (estimates), if any
         self.completed = False
+        self.released = False
+        self.detached = False
 
     def emit(self, kind: str, value) -> None:
         """Post ``(kind, value)`` to the loop (any thread)."""

@@ -35,7 +35,7 @@ from .cache import ResultCache, cache_key, model_fingerprint, request_inputs_key
 from .config import ServerConfig
 from .errors import (APIError, busy_error, input_error, not_ready_error, too_long_error,
                      voice_error)
-from .logs import RequestIdMiddleware
+from .logs import RequestIdMiddleware, install_cut_filter
 from .metrics import Metrics, MetricsMiddleware
 from .pool import Busy, NotReady, SynthesisPool, TooLong
 from .schemas import (CrossLingualForm, Instruct2Form, InstructForm, SftForm, SpeechParams,
@@ -266,6 +266,7 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
                            allow_methods=["*"], allow_headers=["*"],
                            expose_headers=["X-Request-ID", "Retry-After", "X-Sample-Rate"])
     app.add_middleware(RequestIdMiddleware)
+    install_cut_filter()  # a deliberate cut is our WARNING, not uvicorn's ERROR (.logs)
     _error_handlers(app)
 
     def has_key(request: Request) -> bool:
@@ -533,7 +534,8 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
                 "sessions": config.max_sessions, "llm_batch": config.llm_batch,
                 "estimator_batch": pool.estimator_batch,
                 "queue_size": config.queue_size,
-                "in_flight": pool.running, "settings": config.source,
+                "in_flight": pool.running, "stopping": pool.stopping,
+                "settings": config.source,
                 "admission": pool.estimates()}
         if pool.load_error is not None:
             body["error"] = str(pool.load_error)

@@ -6,8 +6,11 @@ A stream that must end after its headers went out (timeout, synthesis failure, s
 *cut* so that the client can tell (docs/server.md, "Streams that are cut"): SSE gets an
 ``error`` event; every other format's chunked body is aborted without its terminating
 zero-length chunk, which HTTP/1.1 clients report as an error (curl exit 18, httpx
-``RemoteProtocolError``, requests ``ChunkedEncodingError``). Each cut is logged with the
-request's context and counted in ``cosyvino_streams_cut_total{endpoint,reason}``.
+``RemoteProtocolError``, requests ``ChunkedEncodingError``). Each cut is logged (one WARNING,
+with the request's context; uvicorn's ERROR for the unfinished body is muted,
+:class:`~.logs.DeliberateCutFilter`) and counted in
+``cosyvino_streams_cut_total{endpoint,reason}``; the cut request's slot is free before the
+client sees the cut (:meth:`~.pool.SynthesisPool.detach`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..request import SynthesisRequest
 from .encoding import (CONTENT_TYPES, chunk_position, encode_file, make_encoder, smooth_join,
                        wire_rate)
 from .errors import APIError, busy_error, not_ready_error, synthesis_error, timeout_error
+from .logs import mark_deliberate_cut
 from .pool import Busy, NotReady
 from .schemas import SpeechParams
 
@@ -123,9 +127,10 @@ class SynthesisResponse(Response):
     audio chunk before sending headers (so a failure there is still a proper error status),
     then encodes and sends each chunk as it is ready (joins faded by
     :func:`~.encoding.smooth_join`, positions from :func:`~.encoding.chunk_position`). A
-    disconnect or the timeout sets the request's cancel event; the scheduler stops it before
-    its next step and the pool frees the slot when the worker reports it stopped. A failure
-    after the headers cuts the stream (module docstring).
+    disconnect, the timeout or a failure ends the wait: the request is detached from the pool
+    (:meth:`~.pool.SynthesisPool.detach`: cancelled, its slot free at once, its worker stops
+    at its next stage call). A failure after the headers cuts the stream (module
+    docstring).
 
     Args:
         app_state: the app's :class:`~cosyvino.server.routes.AppState` (pool, metrics, config,
@@ -222,6 +227,8 @@ class SynthesisResponse(Response):
             await self._pump(send, job, deadline, gone, encoder, progress)
         finally:
             encoder.close()  # a cut stream's encoder (no-op once finished)
+            if not job.completed:  # we stop waiting for it: its slot goes back now
+                self.s.pool.detach(job)
 
     async def _start(self, send, media: str) -> None:
         self._headers_sent = True
@@ -299,11 +306,13 @@ class SynthesisResponse(Response):
             return
 
     async def _fail(self, send, job, kind: str, value, gone, progress: "_Progress"):
-        """The request ends early: it is told to stop (its worker frees the slot); before the
-        headers a real error status goes out, after them the stream is cut (SSE ``error``
-        event; other formats: the body is aborted without its terminating chunk)."""
+        """The request ends early: it is told to stop and its slot goes back at once
+        (:meth:`~.pool.SynthesisPool.detach`: the client that sees the cut can be answered by
+        a free server); before the headers a real error status goes out, after them the
+        stream is cut (SSE ``error`` event; other formats: the body is aborted without its
+        terminating chunk, and uvicorn's report of that is muted, :mod:`.logs`)."""
         s, metrics = self.s, self.s.metrics
-        job.cancel.set()
+        s.pool.detach(job)
         if kind == "stopped" or gone.is_set():
             metrics.cancelled.labels("disconnect").inc()  # nobody is left to tell
             return
@@ -327,8 +336,11 @@ class SynthesisResponse(Response):
             await send({"type": "http.response.body",
                         "body": sse_event({"type": "error", "error": err.body()["error"]}),
                         "more_body": False})
+            return
         # else: returning without the final body message makes the server close the
-        # connection without the terminating chunk: the client sees an incomplete body
+        # connection without the terminating chunk: the client sees an incomplete body. ASGI
+        # has no message for that; uvicorn logs it as an ERROR, which this mark mutes
+        mark_deliberate_cut(reason)
 
     def _record_cut(self, reason: str, err, progress: "_Progress") -> None:
         scope = self._scope
