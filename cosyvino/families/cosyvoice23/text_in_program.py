@@ -246,13 +246,14 @@ class TextInMixin:
                     self._take_close()
                     return
                 self._begin_utterance()
-            parts = self._layout.forward_due()
-            if parts is not None:
-                break
-            item = self._take()
-            if item is None:
-                self._note_waiting()
-                return
+            else:
+                parts = self._layout.forward_due()
+                if parts is not None:
+                    break
+                item = self._take()
+                if item is None:
+                    self._note_waiting()
+                    return
             if item[0] == _ITEM_IDS:
                 self._layout.push(item[1])
                 self._text_count += len(item[1])
