@@ -614,9 +614,7 @@ class Synthesizer:
                 elif kind == "feeder":
                     if not isinstance(value, (SynthesisCancelled, asyncio.CancelledError)):
                         raise value
-                else:  # error
-                    if task.done() and task.exception() is None:
-                        pass
+                else:  # error (SynthesisCancelled after a cancel)
                     raise value
         finally:
             stream.cancel()

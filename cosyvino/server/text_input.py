@@ -17,8 +17,9 @@ events: ``utterance_done`` (``utterance``: index, after its last audio frame),
 ``utterance_dropped`` (a flush with nothing speakable), finally ``done`` (``audio_seconds``,
 ``utterances``, ``speech_tokens``, ``stages``) and a normal close (1000). A failure is one
 ``error`` event (``{"type": "error", "status", "error": {"message", "type", "param",
-"code"}}``: the status and body of the HTTP error the same problem gets) and a close with code ``4000 + status`` (4400 bad input,
-4401 no or wrong API key, 4503 busy, 4504 timeout, 4500 synthesis failed).
+"code"}}``: the status and body of the HTTP error the same problem gets) and a close with code
+``4000 + status`` (4400 bad input, 4401 no or wrong API key, 4503 busy, 4504 timeout, 4500
+synthesis failed).
 
 Limits, as HTTP: the API key (``--api-key``: ``Authorization: Bearer`` / ``X-API-Key`` headers
 or the start message's ``api_key``), admission (a place in the pool, 503 when full),

@@ -21,8 +21,6 @@ from __future__ import annotations
 import unicodedata
 from typing import Sequence
 
-from cosyvino.errors import InputError
-
 from .tokenizer import QWEN2_PRETOKENIZE_REGEX
 
 

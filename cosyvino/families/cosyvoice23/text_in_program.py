@@ -32,7 +32,7 @@ import threading
 
 import numpy as np
 
-from cosyvino.errors import EmptyTextError, InputError, SynthesisCancelled
+from cosyvino.errors import EmptyTextError, InputError
 from cosyvino.engine.program import Phase
 from cosyvino.frontend.normalize import is_speakable
 from cosyvino.timing import StageTimes
@@ -364,4 +364,4 @@ class TextInMixin:
             self._cond.notify_all()
 
 
-__all__ = ["TextInMixin", "SynthesisCancelled"]
+__all__ = ["TextInMixin"]
