@@ -407,7 +407,9 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         # the CosyVoice-compatible endpoints). Every id names the same loaded model.
         mode = instruction_mode(synth)
         info = {"modes": synth.modes, "instruction_mode": mode and mode.name,
-                "family": synth.family.name, "sample_rate": synth.sample_rate}
+                "family": synth.family.name, "sample_rate": synth.sample_rate,
+                # text in over /v1/audio/speech/stream-input (CosyVoice2's bistream input)
+                "text_in": bool(getattr(synth.family, "text_in", False))}
         return [{"id": mid, "object": "model", "created": created, "owned_by": "cosyvino",
                  **info} for mid in (name, *OPENAI_MODEL_ALIASES)]
 
