@@ -27,7 +27,7 @@ from cosyvino.families.cosyvoice23.bistream import (EMIT, END, FILL, SOS, SPEECH
 from cosyvino.families.cosyvoice23.incremental_text import IncrementalTokenizer
 from cosyvino.text_stream import FLUSH, Utf8Pieces
 
-from conftest import TINY_A, TINY_C
+from conftest import TINY_A, TINY_C, TINY_E
 
 TRICKY = [
     "Hello world, it's 2024!!\n\nNew  line   ends.",
@@ -339,3 +339,29 @@ def test_async_iterable(tts, reference):
         return [c async for c in tts.astream_text(pieces(), SPEAKER, seed=1)]
 
     np.testing.assert_array_equal(_audio(asyncio.run(run())), _audio(reference))
+
+
+def test_v3_places_the_system_prompt_and_decodes_at_the_first_text_token():
+    # upstream CosyVoice3LM.inference_bistream: [SOS][prompt up to <|endofprompt|>] is the
+    # input, and with no prompt speech the first group starts at once (sheet v3 §4)
+    from cosyvino.families.cosyvoice23.bistream import BistreamTokens
+
+    layout = BistreamLayout((7, 8), (), BistreamTokens(eos_token=6562, fill_token=6564),
+                            placed_text=(1, 2, 151646))
+    layout.push([100])
+    assert layout.forward_due() == [Part(SOS), Part(TEXT, (1, 2, 151646))]
+    assert list(layout.text) == [7, 8, 100]  # queued: the rest of the prompt text, then 100
+
+
+def test_v3_text_in_same_audio_however_cut():
+    pytest.importorskip("torch")
+    from cosyvino import Synthesizer
+
+    t = Synthesizer(str(TINY_E), backend="torch", num_threads=1, voices_dir=False)
+    try:
+        whole = _audio(t.stream_text([SENTENCE], SPEAKER, seed=1))
+        assert whole.size > 0
+        np.testing.assert_array_equal(_audio(t.stream_text(_cut(SENTENCE, 3), SPEAKER, seed=1)),
+                                      whole)
+    finally:
+        t.close()
