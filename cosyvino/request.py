@@ -75,6 +75,9 @@ class SynthesisRequest:
         speech_tokens: int64 [N] speech tokens to vocode (token-to-wav; skips the LLM and the
             text, which may then be empty).
         streaming: :class:`StreamingOptions`.
+        text_stream: the text comes while the request runs (text in,
+            :meth:`cosyvino.Synthesizer.open_text_stream`); ``text`` must then be empty and
+            ``num_speech_tokens`` / ``speech_tokens`` / ``source_audio`` unset.
     """
 
     text: str = ""
@@ -90,6 +93,7 @@ class SynthesisRequest:
     speech_tokens: np.ndarray | None = None
     streaming: StreamingOptions = field(default_factory=StreamingOptions)
     source_audio: object | None = None
+    text_stream: bool = False
 
     def validated(self, *, modes: Mapping, voices: Mapping[str, Voice],
                   speech_vocab: int | None = None, prompts=None,
@@ -134,6 +138,13 @@ class SynthesisRequest:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise InputError(f"{name} must be a string, got {type(value).__name__}")
+        if self.text_stream is not False:
+            if self.text_stream is not True:
+                raise InputError(f"text_stream must be True or False, got {self.text_stream!r}")
+            if self.text or self.num_speech_tokens is not None or self.speech_tokens is not None \
+                    or self.source_audio is not None:
+                raise InputError("a text stream takes its text as it comes: text, "
+                                 "num_speech_tokens, speech_tokens and source_audio must be unset")
         voice = self._voice(voices) if self.voice is not None else None
         if isinstance(self.voice, Voice) and not voice.builtin:
             _check_fits(voice, prompts)

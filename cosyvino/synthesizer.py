@@ -12,16 +12,18 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .audio import Audio, join_chunks
 from .engine import CallRendezvous, Engine, RequestHandle, Scheduler
-from .errors import BackendError, InputError, ModelDirError, UnknownSpeakerError
+from .errors import (BackendError, InputError, ModelDirError, SynthesisCancelled,
+                     UnknownSpeakerError)
 from .families import get_family
 from .plugins import get_backend
 from .request import StreamingOptions, SynthesisRequest
+from .text_stream import DEFAULT_MAX_PENDING_TOKENS, FLUSH, TextStream, feed
 from .timing import StageTimes, audio_stats
 from .voice_store import VoiceStore
 from .voices import Voice
@@ -503,6 +505,120 @@ class Synthesizer:
                     on_segment(int(chunk.stats.get("segment", len(chunks) - 1)) + 1,
                                stream.total)
         return self._join(chunks, time.perf_counter() - start, first_latency)
+
+    # ---- text in (issue 36) ------------------------------------------------------------------
+    def open_text_stream(self, speaker: str | Voice | None = None, *, speed: float = 1.0,
+                         seed: int | None = None, hop_schedule: str = "latency",
+                         n_timesteps: int | None = None,
+                         cancel: threading.Event | None = None, callback: Callable | None = None,
+                         max_pending_tokens: int = DEFAULT_MAX_PENDING_TOKENS,
+                         **mode_inputs) -> TextStream:
+        """Start a request whose text comes while it runs (:mod:`cosyvino.text_stream`):
+        ``send`` pieces, ``flush`` ends an utterance, ``close`` ends the text; iterate the
+        result (or pass ``callback(kind, value)`` as :meth:`submit`) for audio chunks.
+
+        CosyVoice2/3 only (upstream's bistream input, sheet v2 §4.6): text tokens go to the
+        LLM 5 at a time, each 5 followed by up to 15 decoded speech tokens, so audio starts
+        before the text ends; at a flush (or close) the rest of the utterance is decoded to
+        its end. The text is NOT normalized or split into sentences (as upstream's bistream).
+
+        Determinism: same seed, same text, same flush points -> the same audio, whatever the
+        cut into pieces and their timing (tested). This is NOT the audio of the same text given
+        whole to :meth:`synthesize` / :meth:`stream` (another LLM input layout, no
+        normalization).
+
+        Args: ``speaker`` / ``speed`` / ``seed`` / ``hop_schedule`` / ``n_timesteps`` /
+            ``cancel`` / ``**mode_inputs`` as :meth:`stream` (no ``text``,
+            ``num_speech_tokens``, ``source_audio``: vc takes no text);
+            ``max_pending_tokens``: ``send`` blocks while more text tokens than this wait for
+            the LLM (backpressure).
+
+        Raises (here): InputError when the model's family takes no streamed text (v1) or a
+            bad argument; the errors of :meth:`stream` about the voice and mode.
+        """
+        if not getattr(self.family, "text_in", False):
+            raise InputError(f"the {self.family.name} family takes no streamed text "
+                             "(text in needs CosyVoice2/3's bistream LLM)")
+        req = self.request("", speaker, speed=speed, seed=seed, hop_schedule=hop_schedule,
+                           n_timesteps=n_timesteps, text_stream=True, **mode_inputs)
+        handle = self.submit(req, cancel=cancel, callback=callback)
+        try:
+            return TextStream(handle, max_pending_tokens=max_pending_tokens)
+        except BaseException:
+            handle.cancel()
+            raise
+
+    def stream_text(self, pieces: Iterable[str | bytes], speaker: str | Voice | None = None,
+                    **options) -> Iterator[Audio]:
+        """Speak text as it comes: ``pieces`` is an iterable of str / UTF-8 bytes pieces (a
+        chat LLM's output; :data:`cosyvino.text_stream.FLUSH` items end an utterance), read on
+        a feeder thread while the audio chunks are yielded here. Options and errors as
+        :meth:`open_text_stream`; an exception raised by ``pieces`` is re-raised here after
+        the request is cancelled. Closing the generator cancels the request."""
+        if isinstance(pieces, (str, bytes)):
+            pieces = [pieces]
+        stream = self.open_text_stream(speaker, **options)
+        stop = threading.Event()
+        failure: list = []
+        feeder = threading.Thread(target=lambda: failure.append(feed(stream, pieces, stop)),
+                                  name="cosyvino-text-feeder", daemon=True)
+        feeder.start()
+        try:
+            try:
+                yield from stream
+            except SynthesisCancelled:
+                feeder.join()
+                if failure and failure[0] is not None:
+                    raise failure[0] from None
+                raise
+            feeder.join()
+            if failure and failure[0] is not None:
+                raise failure[0]
+        finally:
+            stop.set()
+            stream.cancel()
+
+    async def astream_text(self, pieces, speaker: str | Voice | None = None, **options):
+        """:meth:`stream_text` for an async iterable of pieces, as an async generator of
+        chunks (the synthesis runs on the worker threads; the event loop is never blocked)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+
+        def callback(kind, value):
+            loop.call_soon_threadsafe(events.put_nowait, (kind, value))
+
+        stream = self.open_text_stream(speaker, callback=callback, **options)
+
+        async def pump():
+            try:
+                async for piece in pieces:
+                    if isinstance(piece, str) and piece == FLUSH:
+                        await asyncio.to_thread(stream.flush)
+                    else:
+                        await asyncio.to_thread(stream.send, piece)
+                await asyncio.to_thread(stream.close)
+            except BaseException as e:
+                stream.cancel()
+                events.put_nowait(("feeder", e))
+
+        task = asyncio.ensure_future(pump())
+        try:
+            while True:
+                kind, value = await events.get()
+                if kind == "chunk":
+                    yield value
+                elif kind == "done":
+                    return
+                elif kind == "feeder":
+                    if not isinstance(value, (SynthesisCancelled, asyncio.CancelledError)):
+                        raise value
+                else:  # error (SynthesisCancelled after a cancel)
+                    raise value
+        finally:
+            stream.cancel()
+            task.cancel()
 
     def submit(self, request: SynthesisRequest, *, cancel: threading.Event | None = None,
                callback: Callable | None = None) -> RequestHandle:

@@ -748,3 +748,49 @@ def test_a_cosyvoice2_model_shows_its_voices_and_modes_and_plays_24k(browser, se
     assert rec["sampleRate"] == 24000 and rec["samples"] == want.shape[0]
     assert rec["sampleSum"] == int(want.astype(np.int64).sum())
     assert not np.array_equal(want, plain)
+
+
+# ---- type and hear: text in over the WebSocket (issue 36 item 5) ----------------------------
+def test_type_and_hear_starts_before_the_text_is_finished(browser, server, v2_server):
+    # v1: no text in, no section
+    _open(browser, server)
+    _model_shown(browser)
+    assert not browser.find_element("id", "live-section").is_displayed()
+
+    _open(browser, v2_server)
+    _model_shown(browser)
+    assert browser.find_element("id", "live-section").is_displayed()
+    _select(browser, "voice", "中文女")
+    _set(browser, "seed", "3")
+    _set(browser, "speed", "1")
+    browser.find_element("id", "live-start").click()
+    _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.live.status") == "started")
+    box = browser.find_element("id", "live-text")
+    first = "Hello there, this is typed while it speaks."
+    for i in range(0, len(first), 5):  # typed in bursts, as a person (or a chat model) would
+        box.send_keys(first[i:i + 5])
+    box.send_keys("\n")  # Enter: a flush
+    # audio plays while the connection is still open: before Finish
+    _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.live.samples") > 0, 120)
+    live = _js(browser, "window.cosyvinoWeb.live")
+    assert live["status"] == "started" and live["firstAudioMs"] is not None
+    box.send_keys(" Bye now.")
+    browser.find_element("id", "live-finish").click()
+    _wait(browser, lambda d: _js(d, "window.cosyvinoWeb.live.status") in ("done", "error",
+                                                                          "closed"), 120)
+    live = _js(browser, "window.cosyvinoWeb.live")
+    assert live["status"] == "done" and live["closeCode"] == 1000, live
+    assert live["events"][0] == "started" and live["events"].count("utterance_done") == 2
+    assert live["sent"] == len(first) + len(" Bye now.")
+    # the samples played are the library's for the same text and flush point (the key went in
+    # the start message: a browser cannot send the header)
+    from cosyvino.text_stream import FLUSH
+
+    synth = v2_server.state.pool.synth
+    want = np.concatenate([c.samples for c in synth.stream_text(
+        [first, FLUSH, " Bye now."], "中文女", seed=3)])
+    from cosyvino.server.encoding import to_int16
+
+    pcm = to_int16(want)
+    assert live["samples"] == pcm.size
+    assert live["sampleSum"] == int(pcm.astype(np.int64).sum())

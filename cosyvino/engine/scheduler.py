@@ -302,11 +302,21 @@ class Scheduler:
                 group.active -= 1
             raise
         handle = RequestHandle(state, callback)
+        set_waker = getattr(state.program, "set_waker", None)
+        if set_waker is not None:  # a program fed while it runs (text in) wakes its lanes
+            set_waker(lambda: self._wake(group, handle))
         with self._cond:
             group.running[handle] = set()
             self._queue_ready(group, handle)
             self._cond.notify_all()
         return handle
+
+    def _wake(self, group: _Group, handle: RequestHandle) -> None:
+        """New input reached ``handle``'s program (text in): queue the lanes it made ready."""
+        with self._cond:
+            if handle in group.running and handle._error is None:
+                self._queue_ready(group, handle)
+                self._cond.notify_all()
 
     @staticmethod
     def _queue_ready(group: _Group, handle: RequestHandle) -> None:
@@ -482,6 +492,8 @@ class Scheduler:
             if lanes or any(h is handle for h, _ in group.busy):
                 self._cond.notify_all()
                 return None
+            if getattr(handle.state.program, "awaits_input", False):
+                return None  # waits for text (text in): its feeder's _wake queues it
             # nothing runs or can run, yet the program is not done: fail, never hang
             final = (ERROR, RuntimeError("no lane of this request can run "
                                          "(program stalled)"))

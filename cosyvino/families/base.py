@@ -258,6 +258,9 @@ class ModelFamily(abc.ABC):
     prompt_model_files: ClassVar[tuple[str, ...]] = ()
     #: the lanes of the family's programs (:attr:`cosyvino.engine.program.Program.lanes`):
     #: steps of different lanes of one request may run at the same time on thread-safe stages
+    #: whether the family's programs take text while they run (``SynthesisRequest
+    #: .text_stream``, :meth:`cosyvino.Synthesizer.open_text_stream`; CosyVoice2/3's bistream)
+    text_in: ClassVar[bool] = False
     lanes: ClassVar[tuple[str, ...]] = ("main",)
 
     # ---- model dirs ---------------------------------------------------------------------

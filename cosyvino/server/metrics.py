@@ -132,7 +132,8 @@ def _combined(stats):
 #: endpoint label values (anything else is "other": bounded label cardinality)
 ENDPOINTS = ("/v1/audio/speech", "/v1/models", "/v1/audio/voices", "/inference_sft",
              "/inference_zero_shot", "/inference_cross_lingual", "/inference_instruct",
-             "/inference_vc", "/health", "/ready", "/metrics")
+             "/inference_vc", "/health", "/ready", "/metrics",
+             "/v1/audio/speech/stream-input")
 
 
 class MetricsMiddleware:

@@ -42,6 +42,7 @@ from .schemas import (CrossLingualForm, Instruct2Form, InstructForm, SftForm, Sp
                       VcForm, VoiceForm, SpeechBody, ZeroShotForm, normalize_for_key,
                       openapi_form_body, openapi_json_body, parse, parse_speech_request)
 from .streaming import SynthesisResponse, cached_response
+from .text_input import add_stream_input_route
 
 log = logging.getLogger("cosyvino.server")
 
@@ -358,6 +359,15 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
             raise not_ready_error(e) from None
         return SynthesisResponse(state, request, p, key, started)
 
+    def check_key(key) -> bool:
+        """Whether ``key`` (from a WebSocket start message) is the API key (or none is set)."""
+        if not config.api_key:
+            return True
+        return isinstance(key, str) and bool(key) and hmac.compare_digest(
+            key.encode(), config.api_key.encode())
+
+    add_stream_input_route(app, state, has_key, check_key, default_voice, instruction_mode)
+
     # ---- OpenAI-compatible -------------------------------------------------------------------
     @app.post("/v1/audio/speech", openapi_extra=openapi_json_body(SpeechBody))
     async def speech(request: Request):
@@ -398,7 +408,9 @@ def create_app(config: ServerConfig, synthesizers=None) -> FastAPI:
         # the CosyVoice-compatible endpoints). Every id names the same loaded model.
         mode = instruction_mode(synth)
         info = {"modes": synth.modes, "instruction_mode": mode and mode.name,
-                "family": synth.family.name, "sample_rate": synth.sample_rate}
+                "family": synth.family.name, "sample_rate": synth.sample_rate,
+                # text in over /v1/audio/speech/stream-input (CosyVoice2's bistream input)
+                "text_in": bool(getattr(synth.family, "text_in", False))}
         return [{"id": mid, "object": "model", "created": created, "owned_by": "cosyvino",
                  **info} for mid in (name, *OPENAI_MODEL_ALIASES)]
 

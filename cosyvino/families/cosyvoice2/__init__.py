@@ -23,6 +23,7 @@ class CosyVoice2(SpeechLMFamily):
     the synthetic presets and the OpenVINO layout of the LLM step."""
 
     name = "cosyvoice2"
+    text_in = True  # bistream text input (sheet v2 §4.6, families/cosyvoice23/text_in_program.py)
     description = "CosyVoice2 (CosyVoice2-0.5B)"
     config_files = ("cosyvoice2.yaml",)
     title = "CosyVoice2"
@@ -138,8 +139,10 @@ class CosyVoice2(SpeechLMFamily):
 
     @classmethod
     def new_program(cls, stages, request, draws, frontend, batchers=None):
-        from .program import CosyVoice2Program
+        from .program import CosyVoice2Program, CosyVoice2TextInProgram
 
+        if getattr(request, "text_stream", False):
+            return CosyVoice2TextInProgram(stages, request, draws, frontend)
         return CosyVoice2Program(stages, request, draws, frontend)
 
 

@@ -19,6 +19,7 @@ from ..cosyvoice23.program import AUDIO, LLM, SpeechLMProgram
 from . import modes as v2_modes
 from .decoding import decoding_rule
 from .streaming import policy
+from ..cosyvoice23.text_in_program import TextInMixin
 from .token2wav import Token2Wav
 
 
@@ -49,4 +50,9 @@ class CosyVoice2Program(SpeechLMProgram):
         return stream.vocoder(mel, noise, hop.finalize, before_decode=self.check_cancelled)
 
 
-__all__ = ["AUDIO", "LLM", "CosyVoice2Program"]
+class CosyVoice2TextInProgram(TextInMixin, CosyVoice2Program):
+    """A v2 request whose text arrives while it runs (upstream bistream input, sheet v2 §4.6;
+    :mod:`cosyvino.families.cosyvoice23.text_in_program`)."""
+
+
+__all__ = ["AUDIO", "LLM", "CosyVoice2Program", "CosyVoice2TextInProgram"]

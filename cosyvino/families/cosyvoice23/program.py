@@ -63,6 +63,8 @@ class SpeechLMProgram(Program):
         self.rule = self.decoding_rule()
         if request.speech_tokens is not None:
             self.segments = [None]  # token-to-wav: one segment, no LLM
+        elif getattr(request, "text_stream", False):
+            self.segments = []  # text in: segments begin as the text comes (text_in_program)
         else:
             self.segments = frontend.segments(request.text)  # raises EmptyTextError
         self.total_segments = len(self.segments)
@@ -83,7 +85,9 @@ class SpeechLMProgram(Program):
         self._streams: dict = {}
         self._chunk_index = 0
         self._emitted = 0
-        if self.segments[0] is None:
+        if not self.segments:
+            self.tokens, self.flow_tokens = [], []
+        elif self.segments[0] is None:
             self.tokens = [int(t) for t in request.speech_tokens]
             self.flow_tokens = self.tokens  # given tokens bypass any filter
             self.llm_phase = Phase.DONE
@@ -315,9 +319,14 @@ class SpeechLMProgram(Program):
         self._segment_started = time.perf_counter()
         if hop.finalize:
             self._streams.pop(segment, None)
-            if segment + 1 >= self.total_segments:
-                self.audio_phase = Phase.DONE
+            self._segment_vocoded(segment)
         return audio
+
+    def _segment_vocoded(self, segment: int) -> None:
+        """The last hop of ``segment`` was vocoded (audio lane): the audio lane is done after
+        the last segment (a text-in program, whose segment count grows, overrides it)."""
+        if segment + 1 >= self.total_segments:
+            self.audio_phase = Phase.DONE
 
     # ---- resources --------------------------------------------------------------------------
     def _close_session(self) -> None:

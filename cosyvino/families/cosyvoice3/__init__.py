@@ -22,6 +22,7 @@ class CosyVoice3(SpeechLMFamily):
     prompt-encoder stand-in: :class:`~cosyvino.families.cosyvoice23.family.SpeechLMFamily`."""
 
     name = "cosyvoice3"
+    text_in = True  # bistream text input (sheet v3 §4, families/cosyvoice23/text_in_program.py)
     description = "CosyVoice3 (Fun-CosyVoice3-0.5B)"
     config_files = ("cosyvoice3.yaml",)
     title = "CosyVoice3"
@@ -67,8 +68,10 @@ class CosyVoice3(SpeechLMFamily):
 
     @classmethod
     def new_program(cls, stages, request, draws, frontend, batchers=None):
-        from .program import CosyVoice3Program
+        from .program import CosyVoice3Program, CosyVoice3TextInProgram
 
+        if getattr(request, "text_stream", False):
+            return CosyVoice3TextInProgram(stages, request, draws, frontend)
         return CosyVoice3Program(stages, request, draws, frontend)
 
 

@@ -18,7 +18,11 @@ v3's choices. Must not import torch.
 from __future__ import annotations
 
 from ..cosyvoice2.streaming import policy
+import numpy as np
+
 from ..cosyvoice23.program import AUDIO, LLM, SpeechLMProgram
+from ..cosyvoice23.text_in_program import TextInMixin
+from ..cosyvoice23.tokenizer import END_OF_PROMPT_ID
 from . import modes as v3_modes
 from .decoding import decoding_rule
 from .silence import SilentTokenFilter
@@ -56,4 +60,24 @@ class CosyVoice3Program(SpeechLMProgram):
         return stream.vocoder(mel, hop.finalize, before_decode=self.check_cancelled)
 
 
-__all__ = ["AUDIO", "LLM", "CosyVoice3Program"]
+class CosyVoice3TextInProgram(TextInMixin, CosyVoice3Program):
+    """A v3 request whose text arrives while it runs (upstream bistream input, sheet v3 §4:
+    v2 §4.6 with the prompt text up to and including its first ``<|endofprompt|>`` placed
+    right after SOS and only the rest queued; the EOS is 6562, FILL 6564).
+
+    The prompt text is the mode's (transcript / instruction) with the default system prefix
+    in front when it holds no ``<|endofprompt|>`` (the whole-text rule's ``add`` policy, decided
+    before any streamed text is seen: a marker inside the streamed text is spoken as text).
+    As upstream, with placed text and no prompt speech the first group is decoded as soon as
+    the first text token arrives (the input is then ``[SOS][placed]``, not 5 text tokens)."""
+
+    def bistream_prompt(self):
+        before = self.prefix.text_before
+        ids = [] if before is None else [int(i) for i in np.asarray(before).reshape(-1)]
+        if END_OF_PROMPT_ID not in ids:
+            ids = [int(i) for i in self._prefix_ids] + ids
+        cut = ids.index(END_OF_PROMPT_ID) + 1
+        return np.asarray(ids[:cut], np.int64), np.asarray(ids[cut:], np.int64)
+
+
+__all__ = ["AUDIO", "LLM", "CosyVoice3Program", "CosyVoice3TextInProgram"]

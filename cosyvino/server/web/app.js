@@ -12,6 +12,13 @@
 // GET /v1/models says the model's family, rate, modes and its instruction mode (CosyVoice v1
 // Instruct: instruct, CosyVoice2: instruct2): the Instructions field is shown only then.
 //
+// Type and hear (a model whose /v1/models says text_in, CosyVoice2): a WebSocket to
+// /v1/audio/speech/stream-input; what is typed is sent as it is typed (only text appended at
+// the end: an edit before it is not spoken), Enter sends a flush, Finish a close; the pcm
+// frames are scheduled like Speak's. window.cosyvinoWeb.live = {status ("connecting",
+// "started", "done", "error", "closed"), sent (characters), frames, samples, sampleSum,
+// firstAudioMs (from the first text sent), events (types), closeCode, error}.
+//
 // What the page measured is also kept in window.cosyvinoWeb (tests read it):
 //   runs, voices (ids), model (the /v1/models object: id, family, sample_rate, modes,
 //   instruction_mode; null before it answered), key (null, "needed": the server wants an API
@@ -705,6 +712,7 @@
     const info = $("model-info");
     info.textContent = "Model " + parts.join(" · ");
     info.hidden = false;
+    $("live-section").hidden = !model.text_in;
     const label = $("instructions-label");
     label.hidden = !model.instruction_mode;
     label.dataset.mode = model.instruction_mode || "";
@@ -774,7 +782,114 @@
     if (!body.error) setTimeout(checkReady, 2000);
   }
 
+  // ---- type and hear (text in over a WebSocket) ----------------------------------------------
+  let live = null;
+
+  function liveControls() {
+    const on = live !== null;
+    $("live-start").disabled = on;
+    $("live-finish").disabled = !on;
+    $("live-text").disabled = !on;
+  }
+
+  function liveRender(rec) {
+    const first = rec.firstAudioMs === null ? "" : ` · first audio ${Math.round(rec.firstAudioMs)} ms`;
+    $("live-status").textContent = `${rec.status} · ${rec.sent} characters sent · `
+      + `${(rec.samples / PCM_RATE).toFixed(2)} s of audio${first}`;
+  }
+
+  function liveSend(message) {
+    if (!live || live.ws.readyState !== WebSocket.OPEN) return;
+    live.ws.send(JSON.stringify(message));
+  }
+
+  // Sends what was appended to the text since the last send (with ``extra``: flush / close).
+  function liveInput(extra) {
+    if (!live || live.ws.readyState !== WebSocket.OPEN) return;  // onopen sends what waits
+    const text = $("live-text").value;
+    const message = {...(extra || {})};
+    if (text.length > live.sentText.length && text.startsWith(live.sentText)) {
+      message.text = text.slice(live.sentText.length);
+      if (live.rec.t0 === null) live.rec.t0 = performance.now();
+      live.rec.sent += message.text.length;
+    }
+    live.sentText = text;  // an edit before the end is not spoken (it was said already)
+    if (Object.keys(message).length) liveSend(message);
+    liveRender(live.rec);
+  }
+
+  function liveStart() {
+    clearMessages();
+    const ctx = context();
+    const player = new Player(ctx);
+    const decoder = new Int16Decoder(PCM_RATE);
+    const url = new URL("v1/audio/speech/stream-input", API_ROOT);
+    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+    const rec = web.live = {status: "connecting", sent: 0, frames: 0, samples: 0, sampleSum: 0,
+                            firstAudioMs: null, t0: null, events: [], closeCode: null,
+                            error: null};
+    const ws = new WebSocket(url);
+    ws.binaryType = "arraybuffer";
+    $("live-text").value = "";
+    live = {ws, rec, sentText: ""};
+    liveControls();
+    ws.onopen = () => {
+      const options = {};
+      const seed = $("seed").value.trim();
+      if (seed !== "") options.seed = Number(seed);
+      const speed = $("speed").value.trim();
+      if (speed !== "") options.speed = Number(speed);
+      const start = {model: "tts-1", response_format: "pcm", options};
+      if ($("voice").value) start.voice = $("voice").value;
+      const key = $("api-key").value.trim();
+      if (key) start.api_key = key;  // a browser cannot send the Authorization header here
+      ws.send(JSON.stringify(start));
+      liveInput();
+      $("live-text").focus();
+    };
+    ws.onmessage = (m) => {
+      if (typeof m.data === "string") {
+        const ev = JSON.parse(m.data);
+        rec.events.push(ev.type);
+        if (ev.type === "started") rec.status = "started";
+        else if (ev.type === "done") rec.status = "done";
+        else if (ev.type === "error") {
+          rec.status = "error";
+          rec.error = {status: ev.status, ...(ev.error || {})};
+          showError(ev.status === 401 ? keyError(rec.error) : rec.error);
+        }
+      } else {
+        const samples = decoder.feed(new Uint8Array(m.data));
+        rec.frames += 1;
+        if (samples.length) {
+          player.samples(samples, PCM_RATE);
+          rec.samples += samples.length;
+          for (let i = 0; i < samples.length; i++) rec.sampleSum += Math.round(samples[i] * 32768);
+          if (rec.firstAudioMs === null && rec.t0 !== null) rec.firstAudioMs = performance.now() - rec.t0;
+        }
+      }
+      liveRender(rec);
+    };
+    ws.onclose = (e) => {
+      rec.closeCode = e.code;
+      if (rec.status !== "done" && rec.status !== "error") rec.status = "closed";
+      if (live && live.ws === ws) live = null;
+      liveControls();
+      liveRender(rec);
+    };
+    liveRender(rec);
+  }
+
   function init() {
+    $("live-start").addEventListener("click", liveStart);
+    $("live-finish").addEventListener("click", () => liveInput({close: true}));
+    $("live-text").addEventListener("input", () => liveInput());
+    $("live-text").addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && !e.shiftKey) {  // the end of a sentence: speak its rest now
+        e.preventDefault();
+        liveInput({flush: true});
+      }
+    });
     const key = $("api-key");
     key.value = sessionStorage.getItem(KEY_STORAGE) || "";
     key.addEventListener("change", () => {
