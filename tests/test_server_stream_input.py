@@ -227,5 +227,8 @@ def test_a_fast_client_is_held_by_backpressure(server, monkeypatch):
         assert json.loads(ws.recv(timeout=60))["type"] == "started"
         assert isinstance(ws.recv(timeout=120), bytes)
     _wait_idle(server)
-    assert seen and max(seen) <= 8 + 5  # the bound plus the ids of one piece
-    assert len(seen) < 200  # the rest was never read: the client's sends were held
+    # the bound plus the ids of one piece: without backpressure the burst of 200 pieces
+    # (~800 ids) would be read far faster than the LLM takes 5 ids per 15 speech tokens.
+    # (How many pieces were read before the client left depends on the box's load: not
+    # asserted.)
+    assert seen and max(seen) <= 8 + 5
