@@ -15,7 +15,7 @@ Prints, per hop, the flow seconds (``flow_encoder`` + ``flow_estimator`` of the 
 wall time of those stage calls) per mode, then per mode: first chunk (s after the request),
 total wall, streaming RTF (wall / audio), underrun of a real-time player
 (:func:`cosyvino.bench.play_underrun`), the summed flow seconds and their ratio to the
-non-streamed flow. The LLM decodes in the same process (lanes overlap), so the hop times
+non-streamed flow, and the chunks' max sample difference to the official stream's. The LLM decodes in the same process (lanes overlap), so the hop times
 include contention with it, as when serving. Name the load (``uptime``) next to the numbers.
 
     python benchmarks/incremental_stream.py --model-dir DIR [--tokens 500] [--steps 10]
@@ -40,17 +40,29 @@ def _flow_seconds(stats: dict) -> float:
 
 def _run(tts, text, voice, tokens, steps, **options) -> dict:
     t0 = time.perf_counter()
-    arrivals, flows, news, modes = [], [], [], []
+    arrivals, flows, news, modes, samples = [], [], [], [], []
     for chunk in tts.stream(text, voice, seed=0, num_speech_tokens=tokens, n_timesteps=steps,
                             **options):
         arrivals.append((time.perf_counter() - t0, chunk.duration))
         flows.append(_flow_seconds(chunk.stats))
         news.append(int(chunk.speech_tokens.size))
         modes.append(chunk.stats.get("flow_streaming", "?"))
+        samples.append(chunk.samples)
     wall = time.perf_counter() - t0
     audio = sum(d for _, d in arrivals)
     return {"arrivals": arrivals, "flows": flows, "news": news, "modes": modes, "wall": wall,
-            "audio": audio}
+            "audio": audio, "samples": samples}
+
+
+def _max_diff(a: dict, b: dict, last: bool) -> str:
+    """Max |a - b| over the chunks' samples (all but the last chunk, or the last one)."""
+    import numpy as np
+
+    pairs = list(zip(a["samples"], b["samples"]))
+    pairs = pairs[-1:] if last else pairs[:-1]
+    if not pairs or any(x.shape != y.shape for x, y in pairs):
+        return "n/a"
+    return f"{max(float(np.abs(x - y).max()) for x, y in pairs):.2g}"
 
 
 def main(argv=None) -> int:
@@ -106,15 +118,17 @@ def main(argv=None) -> int:
     print(f"non-streamed (segment): flow {seg_flow:.2f} s, wall {seg['wall']:.2f} s, audio "
           f"{seg['audio']:.2f} s")
     print()
+    ref = results.get("official")
     print("| mode | first chunk (s) | wall (s) | streaming RTF | underrun (s) | flow (s) | "
-          "flow / non-streamed |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "flow / non-streamed | max abs diff vs official: chunks before the last / last |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for m in modes:
         r = results[m]
         flow = sum(r["flows"])
         print(f"| {m} | {r['arrivals'][0][0]:.2f} | {r['wall']:.2f} | "
               f"{r['wall'] / r['audio']:.2f} | {play_underrun(r['arrivals']):.2f} | "
-              f"{flow:.2f} | {flow / seg_flow:.2f}x |")
+              f"{flow:.2f} | {flow / seg_flow:.2f}x | "
+              + (f"{_max_diff(r, ref, False)} / {_max_diff(r, ref, True)} |" if ref else "|"))
     load = os.getloadavg()
     print(f"\nload average at end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}. Flow (s): wall "
           "seconds of the chunk's flow_encoder + flow_estimator stage calls (off/inc: how the "
