@@ -399,4 +399,3 @@ class SpeechLMProgram(Program):
 
     def close(self) -> None:
         self._close_session()
-        self._streams.clear()  # incremental chunk state: freed with the request
