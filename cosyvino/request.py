@@ -26,6 +26,11 @@ MIN_SPEED, MAX_SPEED = 0.25, 4.0
 MIN_TIMESTEPS, MAX_TIMESTEPS = 1, 100
 #: hop schedules a request may ask for (CosyVoice v1: cosyvino/families/cosyvoice1/streaming.py)
 HOP_SCHEDULES = ("latency", "official", "segment")
+#: how a CosyVoice2/3 stream computes its flow / vocoder hops (``StreamingOptions``); "auto":
+#: incremental where the loaded backend runs it, else official
+FLOW_STREAMING = ("auto", "official", "incremental")
+#: how the last hop of a CosyVoice2/3 segment is computed (``StreamingOptions.final_hop``)
+FINAL_HOPS = ("official", "incremental")
 
 
 @dataclass(frozen=True)
@@ -37,9 +42,28 @@ class StreamingOptions:
             for the earliest first chunk; ``"official"``: the official v1 token hops (100 +
             20 overlap; parity with the official streaming); ``"segment"``: one chunk per text
             segment (sentences merged up to ~80 tokens), the official non-streaming audio.
+        flow_streaming: CosyVoice2 token hops (v1 and v3 ignore it; v3's flow has no
+            incremental form yet): ``"auto"`` (default) = ``"incremental"`` where the backend
+            runs it (torch on an official dir), else ``"official"``; ``"official"``: every hop
+            re-runs the flow over all tokens so far (upstream); ``"incremental"``: each hop
+            computes only its new tokens from per-request chunk state, the same frames within
+            1e-4 (docs/streaming.md; a backend without it falls back to official and logs
+            why; the chunk's ``stats["flow_streaming"]`` says what ran).
+        final_hop: the last hop of an incremental stream: ``"official"`` (default) re-runs the
+            flow over every token with full attention as upstream (the stream's audio is
+            then the official stream's); ``"incremental"`` computes only the last tokens with
+            the chunk masks (no re-run: cheapest, a documented distance from upstream's).
+        vocoder_streaming: CosyVoice3's causal vocoder (v1 and v2 ignore it): ``"auto"``
+            (default) = ``"incremental"`` where the backend runs it (torch), else
+            ``"official"`` (re-run over all mel so far, upstream); ``"incremental"``: a window
+            of the new frames plus the vocoder's receptive field, the same samples up to
+            float32 rounding.
     """
 
     hop_schedule: str = "latency"
+    flow_streaming: str = "auto"
+    final_hop: str = "official"
+    vocoder_streaming: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -168,6 +192,11 @@ class SynthesisRequest:
         if not isinstance(self.streaming, StreamingOptions) or \
                 self.streaming.hop_schedule not in HOP_SCHEDULES:
             raise InputError(f"streaming.hop_schedule must be one of {HOP_SCHEDULES}")
+        for name, allowed in (("flow_streaming", FLOW_STREAMING), ("final_hop", FINAL_HOPS),
+                              ("vocoder_streaming", FLOW_STREAMING)):
+            if getattr(self.streaming, name) not in allowed:
+                raise InputError(f"streaming.{name} must be one of {allowed}, got "
+                                 f"{getattr(self.streaming, name)!r}")
         # the expensive part, once per request: prompt bundle, source tokens
         if self.prompt_audio is not None or self.source_audio is not None:
             if prompts is None:

@@ -408,23 +408,31 @@ class Synthesizer:
     # ---- synthesis ---------------------------------------------------------------------------
     def request(self, text: str, speaker, *, speed: float = 1.0, seed: int | None = None,
                 num_speech_tokens: int | None = None, hop_schedule: str = "latency",
-                n_timesteps: int | None = None, **mode_inputs) -> SynthesisRequest:
+                n_timesteps: int | None = None, flow_streaming: str = "auto",
+                final_hop: str = "official", vocoder_streaming: str = "auto",
+                **mode_inputs) -> SynthesisRequest:
         """The :class:`SynthesisRequest` that :meth:`stream` / :meth:`synthesize` run;
         ``mode_inputs``: ``mode``, ``prompt_text``, ``prompt_audio``, ``source_audio``,
         ``instruction`` (see :class:`SynthesisRequest`); ``voice=`` is accepted as another
-        name of ``speaker``. Raises TypeError for another keyword, or for both names."""
+        name of ``speaker``; ``flow_streaming`` / ``final_hop`` / ``vocoder_streaming``: the
+        :class:`StreamingOptions` of those names. Raises TypeError for another keyword, or for
+        both names."""
         if "voice" in mode_inputs:
             if speaker is not None:
                 raise TypeError("give speaker or voice, not both")
             speaker = mode_inputs.pop("voice")
         return SynthesisRequest(text=text, voice=speaker, speed=speed, seed=seed,
                                 num_speech_tokens=num_speech_tokens, n_timesteps=n_timesteps,
-                                streaming=StreamingOptions(hop_schedule), **mode_inputs)
+                                streaming=StreamingOptions(
+                                    hop_schedule, flow_streaming=flow_streaming,
+                                    final_hop=final_hop, vocoder_streaming=vocoder_streaming),
+                                **mode_inputs)
 
     def stream(self, text: str | SynthesisRequest = "",
                speaker: str | Voice | None = None, *, speed: float = 1.0, seed: int | None = None,
                num_speech_tokens: int | None = None, hop_schedule: str = "latency",
-               n_timesteps: int | None = None,
+               n_timesteps: int | None = None, flow_streaming: str = "auto",
+               final_hop: str = "official", vocoder_streaming: str = "auto",
                cancel: threading.Event | None = None, **mode_inputs) -> ChunkStream:
         """Yield audio chunks as soon as they are synthesized: several per text segment with
         the token-hop schedules (first audio after a few speech tokens), one per segment with
@@ -450,6 +458,15 @@ class Synthesizer:
             n_timesteps: flow-matching ODE (Euler) steps, 1..100, one estimator call each:
                 None = the model's (10 for v1); fewer is faster and further from the official
                 audio (docs/performance.md, "ODE steps").
+            flow_streaming: CosyVoice2 token hops: ``"auto"`` (default: incremental where the
+                backend runs it, torch), ``"official"`` (each hop re-runs the flow over all
+                tokens so far), ``"incremental"`` (only the new tokens from chunk state: the
+                same frames within 1e-4; falls back to official with a logged reason where the
+                backend lacks it); :class:`~cosyvino.request.StreamingOptions`, docs/streaming.md.
+            final_hop: ``"official"`` (default: the last hop re-runs with full attention as
+                upstream) or ``"incremental"`` (no re-run; a documented distance).
+            vocoder_streaming: CosyVoice3's vocoder: ``"auto"`` / ``"official"`` (re-run) /
+                ``"incremental"`` (a window per hop, the same samples).
             cancel: when set (from another thread), synthesis stops within one stage call and
                 the iterator raises :class:`~cosyvino.errors.SynthesisCancelled`.
             **mode_inputs: ``mode`` (one of :attr:`modes`; default: the first that fits the
@@ -467,7 +484,7 @@ class Synthesizer:
             PromptAudioError subclasses: bad ``prompt_audio`` / ``source_audio``
                 (:mod:`cosyvino.prompt_audio`: not audio, empty, too short or long, silent...).
             InputError: bad speed / seed / n_timesteps / num_speech_tokens / hop_schedule /
-                text type; a
+                flow_streaming / final_hop / vocoder_streaming / text type; a
                 mode the model does not offer (the message lists those it does), a missing
                 mode input or one the mode does not take.
             CorruptVoiceError: ``speaker`` is a stored voice whose file is unusable.
@@ -475,7 +492,8 @@ class Synthesizer:
         """
         req = text if isinstance(text, SynthesisRequest) else self.request(
             text, speaker, speed=speed, seed=seed, num_speech_tokens=num_speech_tokens,
-            hop_schedule=hop_schedule, n_timesteps=n_timesteps, **mode_inputs)
+            hop_schedule=hop_schedule, n_timesteps=n_timesteps, flow_streaming=flow_streaming,
+            final_hop=final_hop, vocoder_streaming=vocoder_streaming, **mode_inputs)
         return ChunkStream(self.submit(req, cancel=cancel))
 
     def synthesize(self, text: str | SynthesisRequest = "",

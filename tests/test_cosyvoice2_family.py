@@ -331,3 +331,18 @@ def test_onnxruntime_synthesizes_like_torch(ort_tts, tts):
         np.testing.assert_array_equal(got.speech_tokens, want.speech_tokens)
         assert got.samples.shape == want.samples.shape
         assert _maxabs(got.samples, want.samples) < SYNTH_ATOL
+
+
+def test_onnxruntime_flow_streaming_falls_back_to_official(ort_tts, tts):
+    """The converted graphs have no chunk-state inputs yet (issue 36 item 3): an incremental
+    stream asked of ONNX Runtime runs the official re-runs, says why in the chunk stats, and
+    matches torch's official stream within the ONNX tolerance."""
+    kw = dict(seed=3, num_speech_tokens=120, hop_schedule="official")
+    got = list(ort_tts.stream(TEXT, "alice", flow_streaming="incremental", **kw))
+    want = list(tts.stream(TEXT, "alice", flow_streaming="official", **kw))
+    assert {c.stats["flow_streaming"] for c in got} == {"official"}
+    assert "issue 36" in got[0].stats["streaming_fallback"]["flow"]
+    auto = list(ort_tts.stream(TEXT, "alice", **kw))  # auto: official, nothing to report
+    assert "streaming_fallback" not in auto[0].stats
+    assert [c.samples.size for c in got] == [c.samples.size for c in want]
+    assert max(_maxabs(g.samples, w.samples) for g, w in zip(got, want)) < SYNTH_ATOL

@@ -329,6 +329,43 @@ def test_official_stream_through_the_engine(tts):
     assert [c.stats["is_last_in_segment"] for c in chunks] == [False] * (len(chunks) - 1) + [True]
 
 
+#: incremental vs re-run vocoder samples (tests/test_incremental_hift_cosyvoice3.py)
+INC_VOCODER_ATOL = 1e-3
+
+
+def test_incremental_vocoder_stream_equals_the_rerun(tts):
+    """vocoder_streaming="incremental" (and "auto" on torch): each hop decodes a window, the
+    chunks are the re-run's (equal lengths, samples within float32 rounding)."""
+    kw = dict(seed=3, num_speech_tokens=200, hop_schedule="official")
+    want = list(tts.stream(TEXT, "alice", vocoder_streaming="official", **kw))
+    assert len(want) >= 4
+    for option in ("incremental", "auto"):
+        got = list(tts.stream(TEXT, "alice", vocoder_streaming=option, **kw))
+        assert [c.stats["vocoder_streaming"] for c in got] == ["incremental"] * len(got)
+        assert [c.stats["vocoder_streaming"] for c in want] == ["official"] * len(want)
+        assert [c.samples.size for c in got] == [c.samples.size for c in want]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.speech_tokens, w.speech_tokens)
+            assert _maxabs(g.samples, w.samples) < INC_VOCODER_ATOL
+
+
+def test_incremental_flow_is_refused_with_a_logged_reason(tts, caplog):
+    """v3's DiT flow has no incremental form yet: flow_streaming="incremental" runs the
+    official re-runs, says why in the chunk stats and logs it (once)."""
+    import logging
+
+    from cosyvino.families.cosyvoice23 import program
+
+    program._LOGGED_FALLBACKS.clear()
+    with caplog.at_level(logging.WARNING, logger=program.__name__):
+        chunks = list(tts.stream(TEXT, "alice", seed=3, num_speech_tokens=80,
+                                 hop_schedule="official", flow_streaming="incremental"))
+    assert {c.stats["flow_streaming"] for c in chunks} == {"official"}
+    why = chunks[0].stats["streaming_fallback"]["flow"]
+    assert "no incremental form" in why
+    assert [r.getMessage() for r in caplog.records if why in r.getMessage()]
+
+
 # ---- ONNX: the generic exporter and ONNX Runtime ---------------------------------------------
 
 #: a whole synthesis, ONNX Runtime vs torch: fp32 rounding amplified by the HiFT decode, and the
@@ -418,6 +455,18 @@ def test_onnxruntime_synthesizes_like_torch(ort_tts, tts):
         np.testing.assert_array_equal(got.speech_tokens, want.speech_tokens)
         assert got.samples.shape == want.samples.shape
         assert _maxabs(got.samples, want.samples) < SYNTH_ATOL
+
+
+def test_onnxruntime_vocoder_streaming_falls_back_to_the_rerun(ort_tts, tts):
+    """ONNX graphs have no incremental vocoder yet: asked for, it runs the re-run, says why;
+    the chunks match torch's within the ONNX tolerance."""
+    kw = dict(seed=3, num_speech_tokens=120, hop_schedule="official")
+    got = list(ort_tts.stream(TEXT, "alice", vocoder_streaming="incremental", **kw))
+    want = list(tts.stream(TEXT, "alice", vocoder_streaming="official", **kw))
+    assert {c.stats["vocoder_streaming"] for c in got} == {"official"}
+    assert "issue 36" in got[0].stats["streaming_fallback"]["vocoder"]
+    assert [c.samples.size for c in got] == [c.samples.size for c in want]
+    assert max(_maxabs(g.samples, w.samples) for g, w in zip(got, want)) < SYNTH_ATOL
 
 
 # ---- cosyvino info and the HTTP server -------------------------------------------------------

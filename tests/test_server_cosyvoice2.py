@@ -182,6 +182,33 @@ def test_streamed_equals_whole_for_a_seed(server, tts, schedule):
     np.testing.assert_array_equal(np.frombuffer(whole.content, "<i2"), want)
 
 
+@pytest.mark.parametrize("flow, final", [("official", "official"),
+                                         ("incremental", "incremental")])
+def test_flow_streaming_fields_reach_the_stream(server, tts, flow, final):
+    """The JSON extensions ``flow_streaming`` / ``final_hop`` select the library's options:
+    the server sends exactly the library's stream for them (issue 36)."""
+    from cosyvino.request import StreamingOptions
+    from cosyvino.server.schemas import parse_speech_request
+
+    body = {"input": TWO, "flow_streaming": flow, "final_hop": final,
+            "vocoder_streaming": "official", "hop_schedule": "official"}
+    assert parse_speech_request(body, "alice").request().streaming == StreamingOptions(
+        "official", flow_streaming=flow, final_hop=final, vocoder_streaming="official")
+    want = expected(tts, TWO, "alice", seed=7, hop_schedule="official",
+                    flow_streaming=flow, final_hop=final)
+    r = speech(server, input=TWO, voice="alice", seed=7, hop_schedule="official",
+               flow_streaming=flow, final_hop=final, response_format="pcm")
+    assert r.status_code == 200, r.text
+    np.testing.assert_array_equal(np.frombuffer(r.content, "<i2"), want)
+
+
+def test_bad_streaming_fields_are_a_typed_400(server):
+    assert_error(speech(server, voice="alice", flow_streaming="fast"), 400, "flow_streaming",
+                 "invalid_value", "unsupported flow_streaming 'fast'")
+    assert_error(speech(server, voice="alice", final_hop="auto"), 400, "final_hop",
+                 "invalid_value")
+
+
 # ---- voices and modes through /v1/audio/speech ----------------------------------------------
 def test_sft_speaker_spk2info_voice_and_registered_voice(server, tts):
     sft = speech(server, voice=SPEAKER, response_format="pcm", seed=1)

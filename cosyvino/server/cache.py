@@ -61,14 +61,18 @@ def request_inputs_key(request) -> dict:
     text, speed, seed and format: ``mode``, ``voice`` (:meth:`cosyvino.voices.Voice.digest`:
     embedding, prompt tokens, prompt mel and prompt text, so a voice registered again under
     the same name, or an uploaded prompt, is keyed by its bundle), ``prompt_text``,
-    ``instruction`` and ``source`` (SHA-256 of the source recording's speech tokens, vc)."""
+    ``instruction``, ``source`` (SHA-256 of the source recording's speech tokens, vc) and
+    ``streaming`` (flow / final hop / vocoder streaming: ``final_hop="incremental"`` changes
+    the audio)."""
     voice = request.voice
     tokens = request.speech_tokens
     return {"mode": request.mode,
             "voice": None if voice is None else voice.digest(),
             "prompt_text": request.prompt_text, "instruction": request.instruction,
             "source": None if tokens is None else hashlib.sha256(
-                tokens.astype("<i8").tobytes()).hexdigest()}
+                tokens.astype("<i8").tobytes()).hexdigest(),
+            "streaming": [request.streaming.flow_streaming, request.streaming.final_hop,
+                          request.streaming.vocoder_streaming]}
 
 
 class ResultCache:

@@ -19,8 +19,8 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
                       ValidationInfo, WithJsonSchema, model_validator)
 from pydantic_core import PydanticCustomError
 
-from ..request import (HOP_SCHEDULES, MAX_SPEED, MAX_TIMESTEPS, MIN_SPEED, MIN_TIMESTEPS,
-                       StreamingOptions, SynthesisRequest)
+from ..request import (FINAL_HOPS, FLOW_STREAMING, HOP_SCHEDULES, MAX_SPEED, MAX_TIMESTEPS,
+                       MIN_SPEED, MIN_TIMESTEPS, StreamingOptions, SynthesisRequest)
 from .config import MAX_INPUT_CHARS
 from .encoding import SPEECH_FORMATS
 from .errors import APIError
@@ -52,6 +52,8 @@ class SpeechParams:
         prompt_text / instruction: the prompt transcript / the instruction, or None.
         fields: the endpoint's names of the mode inputs (``prompt_audio``, ``source_audio``,
             ``prompt_text``, ``instruction`` -> field name), for errors.
+        flow_streaming / final_hop / vocoder_streaming: how CosyVoice2/3 token hops compute
+            the flow and vocoder (:class:`cosyvino.request.StreamingOptions`).
     """
 
     text: str
@@ -70,6 +72,9 @@ class SpeechParams:
     instruction: str | None = None
     fields: tuple[tuple[str, str], ...] = ()
     n_timesteps: int | None = None
+    flow_streaming: str = "auto"
+    final_hop: str = "official"
+    vocoder_streaming: str = "auto"
 
     @property
     def sse(self) -> bool:
@@ -84,7 +89,10 @@ class SpeechParams:
         return SynthesisRequest(text=self.text, voice=self.voice, speed=self.speed,
                                 seed=self.seed, num_speech_tokens=num_speech_tokens,
                                 n_timesteps=self.n_timesteps,
-                                streaming=StreamingOptions(self.hop_schedule), mode=self.mode,
+                                streaming=StreamingOptions(
+                                    self.hop_schedule, flow_streaming=self.flow_streaming,
+                                    final_hop=self.final_hop,
+                                    vocoder_streaming=self.vocoder_streaming), mode=self.mode,
                                 prompt_audio=self.prompt_audio, prompt_text=self.prompt_text,
                                 source_audio=self.source_audio, instruction=self.instruction)
 
@@ -237,6 +245,26 @@ class SpeechBody(BaseModel):
         None, description="cosyvino extension: flow-matching ODE steps (default: the "
         "model's, 10); fewer is faster and further from the official audio",
         json_schema_extra={"minimum": MIN_TIMESTEPS, "maximum": MAX_TIMESTEPS})
+    #: cosyvino extensions: incremental streaming of the CosyVoice2 flow / CosyVoice3 vocoder
+    flow_streaming: Annotated[str, _typed((str,), _one_of(
+        FLOW_STREAMING, "unsupported flow_streaming {value!r}; choose one of "
+        + ", ".join(FLOW_STREAMING)))] = Field(
+        "auto", description="cosyvino extension (CosyVoice2): official = each hop re-runs "
+        "the flow over all tokens so far; incremental = only the new tokens (same audio); "
+        "auto = incremental where the backend runs it",
+        json_schema_extra={"enum": list(FLOW_STREAMING)})
+    final_hop: Annotated[str, _typed((str,), _one_of(
+        FINAL_HOPS, "unsupported final_hop {value!r}; choose one of "
+        + ", ".join(FINAL_HOPS)))] = Field(
+        "official", description="cosyvino extension: the last hop of an incremental stream "
+        "re-runs with full attention (official) or not (incremental: cheaper, not upstream's "
+        "audio)", json_schema_extra={"enum": list(FINAL_HOPS)})
+    vocoder_streaming: Annotated[str, _typed((str,), _one_of(
+        FLOW_STREAMING, "unsupported vocoder_streaming {value!r}; choose one of "
+        + ", ".join(FLOW_STREAMING)))] = Field(
+        "auto", description="cosyvino extension (CosyVoice3): the causal vocoder re-runs "
+        "over all mel so far (official) or decodes a window per hop (incremental, same audio)",
+        json_schema_extra={"enum": list(FLOW_STREAMING)})
 
     @model_validator(mode="before")
     @classmethod
@@ -253,7 +281,9 @@ class SpeechBody(BaseModel):
                             float(self.speed), self.seed, self.stream_format,
                             hop_schedule=self.hop_schedule, instruction=instruction,
                             fields=(("instruction", "instructions"), ("prompt_audio", "voice")),
-                            n_timesteps=self.n_timesteps)
+                            n_timesteps=self.n_timesteps, flow_streaming=self.flow_streaming,
+                            final_hop=self.final_hop,
+                            vocoder_streaming=self.vocoder_streaming)
 
 
 def parse_speech_request(body, default_voice: str | None) -> SpeechParams:

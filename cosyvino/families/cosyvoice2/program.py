@@ -6,7 +6,8 @@ with v2's choices. Must not import torch.
   below the minimum, three stop ids); every token goes to the flow.
 * LLM prefix: :func:`.modes.llm_prefix` (prompt transcript / instruction + prompt tokens).
 * hops: :mod:`.streaming` (segment, or the official 25 + pad, 50, 100 ... token hops).
-* audio: :class:`~.token2wav.Token2Wav` (the fixed seed-0 flow noise), then the HiFT cache
+* audio: :class:`~.token2wav.Token2Wav` (the fixed seed-0 flow noise; the incremental flow
+  where ``streaming.flow_streaming`` asks and the backend offers it), then the HiFT cache
   vocoder with NSF Gaussian noise from ``draws.nsf`` at the call's output-sample position on
   the segment.
 """
@@ -39,7 +40,9 @@ class CosyVoice2Program(SpeechLMProgram):
     def new_stream(self):
         return Token2Wav(self.stages, self.cond.embedding, prompt_token=self.cond.prompt_token,
                          prompt_feat=self.cond.prompt_feat,
-                         n_timesteps=self.request.n_timesteps, speed=self.request.speed)
+                         n_timesteps=self.request.n_timesteps, speed=self.request.speed,
+                         flow_stream=self.flow_stream(),
+                         final_hop=self.request.streaming.final_hop)
 
     def vocode(self, stream, segment, mel, hop):
         nh = self.config.hift.nb_harmonics + 1

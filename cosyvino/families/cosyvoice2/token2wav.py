@@ -33,14 +33,18 @@ class Token2Wav(FlowHops):
 
     ``embedding`` float32 [1, 192] (raw flow x-vector); ``prompt_token`` int [N1] and
     ``prompt_feat`` float32 [2 N1, 80] (None: no prompt); ``n_timesteps`` Euler steps (None:
-    the config's 10); ``speed`` a tempo change of each hop's new frames (linear resize).
+    the config's 10); ``speed`` a tempo change of each hop's new frames (linear resize);
+    ``flow_stream`` / ``final_hop`` / ``flow_options`` (``max_state_bytes``): the incremental
+    flow (:class:`FlowHops`).
     """
 
     def __init__(self, stages, embedding: np.ndarray, *, prompt_token=None, prompt_feat=None,
                  n_timesteps: int | None = None, speed: float = 1.0,
-                 constants: StreamConstants = OFFICIAL):
+                 constants: StreamConstants = OFFICIAL, flow_stream=None,
+                 final_hop: str = "official", **flow_options):
         super().__init__(stages, embedding, prompt_token=prompt_token, prompt_feat=prompt_feat,
-                         n_timesteps=n_timesteps, speed=speed)
+                         n_timesteps=n_timesteps, speed=speed, flow_stream=flow_stream,
+                         final_hop=final_hop, **flow_options)
         self.constants = constants
         self.stream = VocoderStream(_StageVocoder(stages), constants)
         self.vocoder_frame = 0  # first mel frame of the next vocoder call on the segment

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from cosyvino.converted import is_converted_dir
+from cosyvino.errors import BackendError
 
 from ..cosyvoice1.stages import LLMSession
 from .graph_specs import FULL_ATTENTION
@@ -105,6 +106,45 @@ class SpeechLMGraphStages:
 
     def cfm_noise(self):
         return self._noise
+
+    # ---- incremental streaming (issue 36): torch on an official dir only ---------------------
+    def _torch_part(self, method: str, part: str) -> str | None:
+        if not self.official:
+            return (f"the converted graphs have no chunk-state inputs for the {part} yet "
+                    "(issue 36 item 3); this backend re-runs it (official streaming)")
+        if not callable(getattr(self.runner.model, method, None)):
+            return f"this family's {part} has no incremental form yet"
+        return None
+
+    def flow_stream_unavailable(self) -> str | None:
+        """Why :meth:`new_flow_stream` cannot run here (None: it can)."""
+        return self._torch_part("flow_stream", "flow")
+
+    def new_flow_stream(self, embedding, prompt_token, prompt_feat, n_timesteps):
+        """A segment's incremental flow (``hop(tokens, finalize, final, before_step) -> mel``;
+        :class:`cosyvino.families.cosyvoice2.torch.incremental_flow.FlowStream`) on the torch
+        model: ``embedding`` float32 [1, 192], ``prompt_token`` int [N1] / ``prompt_feat``
+        float32 [2 N1, 80] (empty: no prompt), ``n_timesteps`` Euler steps (None: the
+        config's). Raises BackendError when :meth:`flow_stream_unavailable` says why."""
+        why = self.flow_stream_unavailable()
+        if why is not None:
+            raise BackendError(why)
+        return self.runner.model.flow_stream(self._noise, embedding, prompt_token=prompt_token,
+                                             prompt_feat=prompt_feat, n_timesteps=n_timesteps)
+
+    def vocoder_stream_unavailable(self) -> str | None:
+        """Why :meth:`new_vocoder_stream` cannot run here (None: it can)."""
+        return self._torch_part("vocoder_stream", "vocoder")
+
+    def new_vocoder_stream(self):
+        """A segment's incremental vocoder (``hop(new_mel, finalize) -> samples``, the
+        official re-run's samples; :class:`cosyvino.families.cosyvoice3.torch.incremental_hift.
+        IncrementalCausalHiFT`). Raises BackendError when :meth:`vocoder_stream_unavailable`
+        says why."""
+        why = self.vocoder_stream_unavailable()
+        if why is not None:
+            raise BackendError(why)
+        return self.runner.model.vocoder_stream()
 
     def close(self):
         self.runner.close()

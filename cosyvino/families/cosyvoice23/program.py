@@ -13,7 +13,12 @@ Two lanes, as v1 (:mod:`cosyvino.families.cosyvoice1.program`):
   to the flow's tokens; the segment's hop policy says which hops of those are due.
 * ``audio``: per due hop, FLOW (:class:`~.token2wav.FlowHops`: the fixed seed-0 noise, no
   random draw) then VOCODER (the family's, :meth:`SpeechLMProgram.vocode`), which emits the
-  hop's chunk at 24 kHz.
+  hop's chunk at 24 kHz. The request's ``streaming.flow_streaming`` / ``vocoder_streaming``
+  (issue 36) choose per segment between the official re-runs and the incremental streams the
+  stages offer (:meth:`SpeechLMProgram.flow_stream`, :meth:`SpeechLMProgram.vocoder_stream`);
+  a backend without them falls back to official streaming and logs why once; when
+  ``incremental`` was asked for explicitly the chunks' ``stats["streaming_fallback"]`` carries
+  the reason.
 
 ``vc`` (and :meth:`Synthesizer.tokens_to_audio`) skip the LLM: the given speech tokens are one
 segment. Every random number comes from :class:`cosyvino.engine.draws.RandomDraws` by segment
@@ -23,6 +28,7 @@ and position, so a seed's audio does not depend on how the lanes are interleaved
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 
@@ -38,6 +44,23 @@ from ..cosyvoice1.streaming import Hop
 from .modes import flow_conditioning
 
 LLM, AUDIO = "llm", "audio"
+
+log = logging.getLogger(__name__)
+#: fallback reasons already logged (once per process and reason, not per segment)
+_LOGGED_FALLBACKS: set[str] = set()
+_LOG_LOCK = threading.Lock()
+
+
+def _log_fallback(part: str, asked: str, why: str) -> None:
+    """Log once why the ``part`` (flow / vocoder) of a stream runs the official re-runs:
+    a warning when ``incremental`` was asked for, info for ``auto``."""
+    key = f"{part}:{asked}:{why}"
+    with _LOG_LOCK:
+        if key in _LOGGED_FALLBACKS:
+            return
+        _LOGGED_FALLBACKS.add(key)
+    level = logging.WARNING if asked == "incremental" else logging.INFO
+    log.log(level, "%s_streaming=%s: official streaming instead: %s", part, asked, why)
 
 
 class SpeechLMProgram(Program):
@@ -85,6 +108,7 @@ class SpeechLMProgram(Program):
         self._streams: dict = {}
         self._chunk_index = 0
         self._emitted = 0
+        self._fallbacks: dict[str, str] = {}  # part -> why it runs official streaming
         if not self.segments:
             self.tokens, self.flow_tokens = [], []
         elif self.segments[0] is None:
@@ -124,6 +148,51 @@ class SpeechLMProgram(Program):
         """The samples a hop emits from its new mel frames ``mel`` float32 [1, 80, m]
         (float32 [n] at 24 kHz)."""
         raise NotImplementedError
+
+    def stream_stats(self, stream) -> dict:
+        """What a chunk's stats say about how its hop ran (default: ``flow_streaming``)."""
+        return {"flow_streaming": stream.last_flow_mode}
+
+    # ---- incremental streaming (issue 36) ----------------------------------------------------
+    def _incremental(self, part: str, option: str) -> bool:
+        """Whether a new segment's ``part`` (``flow`` / ``vocoder``) runs incrementally: asked
+        for (``auto`` / ``incremental``), a token-hop schedule (``segment`` has one hop: the
+        non-streaming computation) and offered by the stages (else the fallback is logged
+        and recorded)."""
+        if option == "official" or self.schedule == "segment":
+            return False
+        check = getattr(self.stages, f"{part}_stream_unavailable", None)
+        why = ("this backend's stages offer no incremental " + part) if check is None \
+            else check()
+        if why is not None:
+            self._fallback(part, option, why)
+            return False
+        return True
+
+    def _fallback(self, part: str, option: str, why: str) -> None:
+        if option == "incremental":  # asked for explicitly: the chunks say why not
+            self._fallbacks[part] = why
+        _log_fallback(part, option, why)
+
+    def flow_stream(self):
+        """A new segment's incremental flow stream (``stages.new_flow_stream``) or None
+        (official re-runs: asked for, the ``segment`` schedule, or unavailable: logged)."""
+        option = self.request.streaming.flow_streaming
+        if not self._incremental("flow", option):
+            return None
+        try:
+            return self.stages.new_flow_stream(self.cond.embedding, self.cond.prompt_token,
+                                               self.cond.prompt_feat, self.request.n_timesteps)
+        except InputError as e:  # e.g. a vc prompt whose mel is not 2 frames per token
+            self._fallback("flow", option, str(e))
+            return None
+
+    def vocoder_stream(self):
+        """A new segment's incremental vocoder (``stages.new_vocoder_stream``) or None (as
+        :meth:`flow_stream`, for ``streaming.vocoder_streaming``)."""
+        if not self._incremental("vocoder", self.request.streaming.vocoder_streaming):
+            return None
+        return self.stages.new_vocoder_stream()
 
     def keep_for_flow(self, token: int) -> bool:
         """Whether a generated token also goes to the flow (default: every one). Called once
@@ -313,7 +382,10 @@ class SpeechLMProgram(Program):
             audio.stats["text"] = seg.text
         audio.stats.update(segment=segment, chunk=self._chunk_index,
                            is_last_in_segment=hop.finalize, seed=self.request.seed,
-                           mode=self.request.mode, hop_schedule=self.schedule)
+                           mode=self.request.mode, hop_schedule=self.schedule,
+                           **self.stream_stats(stream))
+        if self._fallbacks:
+            audio.stats["streaming_fallback"] = dict(self._fallbacks)
         self._chunk_index += 1
         self._emitted += 1
         self._segment_started = time.perf_counter()

@@ -11,8 +11,10 @@ v3's choices. Must not import torch.
 * hops: the CosyVoice2 policy (:mod:`cosyvino.families.cosyvoice2.streaming`: segment, or the
   official 25 + pad, 50, 100 ... token hops; sheet v3 §7: the same schedule).
 * audio: :class:`~.token2wav.Token2Wav3` (fixed CFM noise; the causal HiFT re-run over the
-  segment's mel so far with the fixed NSF table, samples already emitted cut). No random draw
-  after the LLM: the audio is a function of the tokens.
+  segment's mel so far with the fixed NSF table, samples already emitted cut; or the
+  incremental vocoder where ``streaming.vocoder_streaming`` asks and the backend offers it: the
+  same samples). No random draw after the LLM: the audio is a function of the tokens. v3's DiT
+  flow has no incremental form yet: ``flow_streaming`` falls back to official (logged).
 """
 
 from __future__ import annotations
@@ -54,7 +56,13 @@ class CosyVoice3Program(SpeechLMProgram):
     def new_stream(self):
         return Token2Wav3(self.stages, self.cond.embedding, prompt_token=self.cond.prompt_token,
                           prompt_feat=self.cond.prompt_feat,
-                          n_timesteps=self.request.n_timesteps, speed=self.request.speed)
+                          n_timesteps=self.request.n_timesteps, speed=self.request.speed,
+                          flow_stream=self.flow_stream(),
+                          final_hop=self.request.streaming.final_hop,
+                          vocoder_stream=self.vocoder_stream())
+
+    def stream_stats(self, stream):
+        return {**super().stream_stats(stream), "vocoder_streaming": stream.vocoder_mode}
 
     def vocode(self, stream, segment, mel, hop):
         return stream.vocoder(mel, hop.finalize, before_decode=self.check_cancelled)

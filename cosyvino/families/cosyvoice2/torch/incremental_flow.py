@@ -59,6 +59,7 @@ Batch 1; not thread-safe (one state per request). torch float32, eval mode, no g
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,6 +139,7 @@ class FlowStreamState:
         emitted: tokens (prompt included) whose frames were returned.
         encoder: :class:`EncoderState`; steps: one :class:`EstimatorStepState` per ODE step.
         finished: the final hop was made.
+        last_seconds: (encoder, estimator) wall seconds of the last incremental span.
     """
 
     embedding: Tensor
@@ -150,6 +152,7 @@ class FlowStreamState:
     encoder: EncoderState
     steps: list[EstimatorStepState]
     finished: bool = False
+    last_seconds: tuple[float, float] = (0.0, 0.0)
 
     def nbytes(self) -> int:
         """Bytes held by the encoder and estimator states."""
@@ -241,7 +244,7 @@ class IncrementalFlow:
                    for _ in range(self.n_timesteps)])
 
     def hop(self, state: FlowStreamState, token, *, finalize: bool = False,
-            final: str = "incremental") -> np.ndarray:
+            final: str = "incremental", before_step=None) -> np.ndarray:
         """The mel frames of one official flow call that were not returned before.
 
         Args:
@@ -252,6 +255,8 @@ class IncrementalFlow:
             finalize: False: the last ``pre_lookahead_len`` tokens are look-ahead only;
                 True: the last hop (no look-ahead; the state is finished after it).
             final: for ``finalize``: ``"incremental"`` or ``"official"`` (module docstring).
+            before_step: called before each ODE step of an incremental span (cancellation:
+                what it raises propagates; the state is then unusable).
         Returns:
             float32 ``[1, 80, 2 * (P + n - lookahead - emitted)]``: frames from the end of
             the previous call's frames (``2 * token_offset`` of the official call) on.
@@ -282,7 +287,7 @@ class IncrementalFlow:
         if finalize and final == "official":
             mel = self._official_final(state, tok)
         else:
-            mel = self._span(state, all_tok, end, finalize)
+            mel = self._span(state, all_tok, end, finalize, before_step)
         state.tokens = all_tok
         state.emitted = end
         state.finished = finalize
@@ -302,8 +307,8 @@ class IncrementalFlow:
         return np.ascontiguousarray(mel[:, :, r * (state.emitted - p):])
 
     @torch.inference_mode()
-    def _span(self, state: FlowStreamState, all_tok: Tensor, end: int, finalize: bool
-              ) -> np.ndarray:
+    def _span(self, state: FlowStreamState, all_tok: Tensor, end: int, finalize: bool,
+              before_step=None) -> np.ndarray:
         """Tokens ``[committed, end)`` through the encoder and every ODE step; commits up to
         the last chunk boundary (a non-final hop) and returns the frames after ``emitted``."""
         cfg, r = self.cfg, self.cfg.token_mel_ratio
@@ -311,6 +316,7 @@ class IncrementalFlow:
         new_b = b if finalize else end // self.unit * self.unit
         commit = new_b - b
         context = None if finalize else all_tok[:, end:end + cfg.pre_lookahead_len]
+        t0 = time.perf_counter()
         mu = encode_span(self.flow, state.encoder, all_tok[:, b:end], context, commit)
         mu = mu.transpose(1, 2)  # [1, 80, frames]
         lo, hi = r * b, r * end
@@ -323,14 +329,63 @@ class IncrementalFlow:
         mu2 = torch.cat([mu, torch.zeros_like(mu)], dim=0)
         cond2 = torch.cat([cond, torch.zeros_like(cond)], dim=0)
         est = self.flow.decoder.estimator
+        t1 = time.perf_counter()
         for step, (t, dt) in zip(state.steps, self._times):
+            if before_step is not None:
+                before_step()
             t2 = torch.full((2,), t, dtype=torch.float32)
             v = estimate_span(est, step, torch.cat([x, x], dim=0), mu2, t2, state.spks, cond2,
                               r * commit)
             x = x + dt * (self._a * v[:1] - self._b * v[1:2])
         state.committed = new_b
+        state.last_seconds = (t1 - t0, time.perf_counter() - t1)
         return np.ascontiguousarray(x[:, :, r * (state.emitted - b):].numpy())
 
 
-__all__ = ["FINAL_MODES", "FlowStreamState", "IncrementalFlow", "commit_unit",
+class FlowStream:
+    """One segment's incremental flow on numpy arrays, in the shapes of
+    :class:`cosyvino.families.cosyvoice23.token2wav.FlowHops` (what the serving program calls;
+    :meth:`cosyvino.families.cosyvoice2.torch.model.CosyVoice2TorchModel.flow_stream`).
+
+    Args:
+        flow: the :class:`IncrementalFlow`; embedding: float32 [1, 192] raw x-vector;
+        prompt_token: int [N1] or None; prompt_feat: float32 [2 N1, 80] or None.
+    Raises: InputError as :meth:`IncrementalFlow.start`.
+    """
+
+    def __init__(self, flow: IncrementalFlow, embedding, prompt_token=None, prompt_feat=None):
+        self.flow = flow
+        if prompt_token is not None and np.asarray(prompt_token).size == 0:
+            prompt_token = prompt_feat = None
+        if prompt_token is not None:
+            prompt_token = np.asarray(prompt_token, np.int64).reshape(1, -1)
+            prompt_feat = np.asarray(prompt_feat, np.float32).reshape(
+                1, -1, flow.cfg.output_size)
+        self.state = flow.start(np.asarray(embedding, np.float32).reshape(1, -1),
+                                prompt_token, prompt_feat)
+        self.prompt_tokens = int(self.state.prompt_token.shape[1])
+        self.hops = 0  # hops made so far (the final one included)
+
+    @property
+    def emitted(self) -> int:
+        """Generated tokens (prompt excluded) whose frames were returned."""
+        return self.state.emitted - self.prompt_tokens
+
+    def hop(self, tokens: np.ndarray, finalize: bool, final: str = "incremental",
+            before_step=None) -> np.ndarray:
+        """The new frames of one official flow call: ``tokens`` int [stop] (every generated
+        token so far, look-ahead included) -> float32 [1, 80, 2 (stop - 3 - emitted)]
+        (non-final) or [1, 80, 2 (stop - emitted)] (final). Raises InputError as
+        :meth:`IncrementalFlow.hop`."""
+        mel = self.flow.hop(self.state, np.asarray(tokens, np.int64).reshape(1, -1),
+                            finalize=finalize, final=final, before_step=before_step)
+        self.hops += 1
+        return mel
+
+    def nbytes(self) -> int:
+        """Bytes of chunk state held (:meth:`FlowStreamState.nbytes`)."""
+        return self.state.nbytes()
+
+
+__all__ = ["FINAL_MODES", "FlowStream", "FlowStreamState", "IncrementalFlow", "commit_unit",
            "state_bytes_per_second"]

@@ -38,6 +38,19 @@ class CosyVoice2TorchModel:
 
         return make_cfm_noise_table()
 
+    def flow_stream(self, noise_table: np.ndarray, embedding, *, prompt_token=None,
+                    prompt_feat=None, n_timesteps: int | None = None,
+                    left_chunks: int | None = None):
+        """One segment's incremental streaming flow (issue 36): a
+        :class:`~.incremental_flow.FlowStream` over this model's flow and ``noise_table``
+        (float32 [1, 80, frames]); arguments as :class:`~.incremental_flow.IncrementalFlow` /
+        :class:`~.incremental_flow.FlowStream`. Raises InputError / ConfigError as those."""
+        from .incremental_flow import FlowStream, IncrementalFlow
+
+        flow = IncrementalFlow(self.flow, noise_table, n_timesteps=n_timesteps,
+                               left_chunks=left_chunks)
+        return FlowStream(flow, embedding, prompt_token, prompt_feat)
+
 
 def spk2info_voices(model_dir: str, config: CosyVoice2ModelConfig
                     ) -> tuple[dict[str, np.ndarray], dict[str, PromptVoice]]:

@@ -54,6 +54,14 @@ class CosyVoice3TorchModel:
                 self._sine_waves = make_fixed_tables(read_table_recipe(self.path)).sine_waves
             return self._sine_waves
 
+    def vocoder_stream(self):
+        """One segment's incremental causal vocoder (issue 36): a
+        :class:`~.incremental_hift.IncrementalCausalHiFT` over this model's HiFT and fixed NSF
+        table (:meth:`sine_waves`). Raises ConfigError as :meth:`sine_waves`."""
+        from .incremental_hift import IncrementalCausalHiFT
+
+        return IncrementalCausalHiFT(self.hift, self.sine_waves())
+
 
 def load_torch_model(model_dir: str | os.PathLike) -> CosyVoice3TorchModel:
     """The model of an official CosyVoice3 dir, every part strictly loaded, eval mode.
