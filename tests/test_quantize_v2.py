@@ -104,7 +104,7 @@ def test_v2_int8_writes_int8_weights_and_a_static_estimator(int8):
 
 
 def test_v2_int8_report_and_floors(int8):
-    src, out, summary = int8
+    _, out, summary = int8
     acc = summary["accuracy"]
     llm = acc["llm"]
     assert llm["texts"] == 1 and llm["positions"] == 4 + 1

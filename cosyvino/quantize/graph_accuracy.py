@@ -131,9 +131,9 @@ def llm_teacher_forced_report(ref_stages, test_stages, texts: Iterable, family,
     recs = (_PrefixRunner(ref_run), _PrefixRunner(test_run))
     ttss = [_synthesizer(s, family, r, d) for s, r, d in zip((ref_stages, test_stages), recs,
                                                              conv_dirs)]
-    voices = speaking_voices(ttss[0])
     rows, all_agree, all_kl = [], [], []
     try:
+        voices = speaking_voices(ttss[0])
         for item in texts:
             voice = item.speaker if item.speaker in voices else voices[0]
             xs = [_prefix(t, r, item.text, voice) for t, r in zip(ttss, recs)]
@@ -189,7 +189,6 @@ def audio_report(ref_stages, test_stages, texts: Iterable, changed_roles: Iterab
         graphs = [n for g in gs for r in SWAP_ROLES[g] for n in table.with_role(r)]
         runners[v] = _SwappedRunner(ref_run, test_run, graphs)
     ttss = {v: _synthesizer(ref_stages, family, r, conv_dir) for v, r in runners.items()}
-    voices = speaking_voices(ttss["fp32"])
     seeds = np.random.default_rng(seed).integers(0, 2**31 - 1, size=(len(texts), 2))
     rows = []
 
@@ -199,6 +198,7 @@ def audio_report(ref_stages, test_stages, texts: Iterable, changed_roles: Iterab
         return np.concatenate(runners[v].mels, axis=-1), wav
 
     try:
+        voices = speaking_voices(ttss["fp32"])
         for i, item in enumerate(texts):
             voice = item.speaker if item.speaker in voices else voices[0]
             s_llm, s_voc = (int(x) for x in seeds[i])

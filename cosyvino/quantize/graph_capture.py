@@ -165,7 +165,7 @@ def speaking_voices(tts) -> list[str]:
 
 
 def capture_graph_calibration(conv_dir: str, texts: Sequence, stages, family, *, seed: int = 0,
-                              limits: CaptureLimits = CaptureLimits(),
+                              limits: CaptureLimits | None = None,
                               show_progress: bool = True,
                               speech_tokens: int | None = None) -> Capture:
     """Synthesize ``texts`` on the loaded fp32 ``stages`` of ``family`` (stages over a graph
@@ -187,6 +187,7 @@ def capture_graph_calibration(conv_dir: str, texts: Sequence, stages, family, *,
         raise InputError("calibration capture needs at least one text")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise InputError(f"seed must be a non-negative integer, got {seed!r}")
+    limits = limits or CaptureLimits()
     runner = runner_of(stages)
     if runner is None:
         raise InputError("these stages do not run on a graph runner: nothing to record at")
@@ -198,12 +199,12 @@ def capture_graph_calibration(conv_dir: str, texts: Sequence, stages, family, *,
     st = family.stages_from_runner(rec, conv_dir)
     tts = Synthesizer.from_stages(st, backend_name="openvino", model_dir=conv_dir,
                                   voices_dir=False)
-    voices = speaking_voices(tts)
     llm = Reservoir(limits.llm_sequences, pick)
     cap = Capture(seed=int(seed), text_ids=[t.id for t in texts])
     bar = tqdm(texts, desc="calibration capture", unit="text", file=sys.stderr,
                disable=not show_progress)
     try:
+        voices = speaking_voices(tts)
         for i, item in enumerate(bar):
             voice = item.speaker if item.speaker in voices else voices[i % len(voices)]
             audio = tts.synthesize(item.text, voice, seed=int(text_seeds[i]),

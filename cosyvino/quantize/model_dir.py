@@ -257,7 +257,8 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         seed: capture and report seed.
         speech_tokens: force this many speech tokens per segment in the capture and the audio
             report (bounds their time; None = until EOS).
-        fp16_storage: stages left unquantized by the recipe whose IRs are written with fp16
+        fp16_storage: roles (:data:`cosyvino.families.ROLES`; for v1 the graph names) left
+            unquantized by the recipe whose graphs' IRs are written with fp16
             weights (manifest precision ``fp16``; computed in f32 at load; scored by the audio
             report like a quantized stage). None = the preset's ``Recipe.fp16`` (``int8``:
             :data:`FP16_STORAGE_STAGES`); ``()`` copies every unquantized IR as fp32.
@@ -281,8 +282,14 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     The manifest's ``quantization.machine`` (and the summary's ``machine``) records the CPU
     the report was measured on (:func:`.machine.machine_record`).
 
-    Returns ``(out_dir, summary)``. Raises :class:`InputError` for bad arguments or a source
-    that is not an fp32 conversion, :class:`ConvertedModelError` for a bad source dir.
+    The recipes apply by graph role (:class:`Recipe`), so any family with
+    :attr:`~cosyvino.families.ModelFamily.quantizable` gets them: v1 through its own OpenVINO
+    stages (:mod:`.capture`, :mod:`.accuracy`), a family whose stages run on a graph runner
+    (CosyVoice2) through the runner (:mod:`.graph_capture`, :mod:`.graph_accuracy`).
+
+    Returns ``(out_dir, summary)``. Raises :class:`InputError` for bad arguments, a family
+    that does not take quantization (CosyVoice3 for now) or a source that is not an fp32
+    conversion, :class:`ConvertedModelError` for a bad source dir.
     """
     from ..plugins import get_backend
 
