@@ -9,7 +9,7 @@ import json
 import os
 
 from ..errors import ModelDirError
-from .base import GraphSpec, GraphTable, Mode, ModelFamily, StateSpec, TensorSpec
+from .base import ROLES, GraphSpec, GraphTable, Mode, ModelFamily, StateSpec, TensorSpec
 from .official import FAMILY_TITLES, official_family, official_yaml
 
 #: the family of dirs that record none (converted before families existed; official v1 dirs)
@@ -83,5 +83,5 @@ def detect_family(model_dir) -> type[ModelFamily]:
     return classes[DEFAULT_FAMILY] if DEFAULT_FAMILY in classes else get_family(DEFAULT_FAMILY)
 
 
-__all__ = ["DEFAULT_FAMILY", "GraphSpec", "GraphTable", "Mode", "ModelFamily", "StateSpec",
+__all__ = ["DEFAULT_FAMILY", "ROLES", "GraphSpec", "GraphTable", "Mode", "ModelFamily", "StateSpec",
            "TensorSpec", "detect_family", "family_classes", "get_family"]

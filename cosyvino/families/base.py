@@ -27,6 +27,24 @@ import numpy as np
 #: dtypes a graph tensor may have (numpy names)
 DTYPES = ("float32", "int64", "int32")
 
+#: the roles a graph may play in its model (:attr:`GraphSpec.role`): what the layers above the
+#: families (quantizer, planner, bench) key on instead of a family's graph names. The names are
+#: those of the CosyVoice v1 graphs that play them (every CosyVoice family has these parts;
+#: v1's graph names predate the roles and stay as they are).
+ROLES = {
+    "text_encoder": "text ids -> LLM input rows (v1: the text conformer; v2/v3: the Qwen2 "
+                    "token embedding)",
+    "speech_embedding": "speech tokens -> LLM input rows (the decode step's input)",
+    "llm_embedding": "the LLM's special rows (SOS, TASK ...)",
+    "llm": "the KV-cached speech-LM step (prefill and decode), stateful",
+    "flow_encoder": "speech tokens (+ speaker) -> the flow's conditioning",
+    "length_regulator": "token-rate features -> mel-rate features",
+    "estimator": "the CFM velocity estimator (one call per Euler step, batch 2 for CFG)",
+    "hift_f0": "the vocoder's f0 predictor (mel -> f0)",
+    "hift_source": "the vocoder's NSF harmonic source (f0 + noise -> source)",
+    "hift_decode": "the vocoder's decoder (mel + source -> waveform)",
+}
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -106,6 +124,8 @@ class GraphSpec:
             the generic torch runner calls. None: the family exports this graph itself.
         file_stem: file name stem of the exported graph (default: ``name``).
         doc: one line for docs and errors.
+        role: what the graph does in the model, a key of :data:`ROLES` ("" = none the layers
+            above the families know): the quantizer's recipes, capture and report key on it.
     """
 
     name: str
@@ -117,6 +137,12 @@ class GraphSpec:
     torch_module: Callable[[Any], Any] | None = None
     file_stem: str = ""
     doc: str = ""
+    role: str = ""
+
+    def __post_init__(self):
+        if self.role and self.role not in ROLES:
+            raise ValueError(f"graph {self.name!r}: role must be one of {sorted(ROLES)} or "
+                             f"empty, got {self.role!r}")
 
     @property
     def stem(self) -> str:
@@ -178,6 +204,16 @@ class GraphTable(Mapping[str, GraphSpec]):
     def component(self, name: str) -> list[str]:
         """Graph names of one component, in table order."""
         return [g.name for g in self._graphs.values() if g.component == name]
+
+    def with_role(self, role: str) -> list[str]:
+        """Graph names playing ``role`` (a key of :data:`ROLES`), in table order ([] when
+        the family has no such graph)."""
+        return [g.name for g in self._graphs.values() if g.role == role]
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """graph name -> role, for the graphs that declare one."""
+        return {g.name: g.role for g in self._graphs.values() if g.role}
 
     @property
     def components(self) -> list[str]:
@@ -262,6 +298,10 @@ class ModelFamily(abc.ABC):
     #: .text_stream``, :meth:`cosyvino.Synthesizer.open_text_stream`; CosyVoice2/3's bistream)
     text_in: ClassVar[bool] = False
     lanes: ClassVar[tuple[str, ...]] = ("main",)
+    #: ``cosyvino quantize`` takes this family's OpenVINO conversions: its graph table declares
+    #: the roles (:data:`ROLES`) the recipes, the capture and the report key on, and its
+    #: quantized dirs were checked to serve (docs/quantization.md)
+    quantizable: ClassVar[bool] = False
 
     # ---- model dirs ---------------------------------------------------------------------
     @classmethod

@@ -4,6 +4,8 @@ Imports openvino and nncf; never torch itself (but ``import nncf`` imports torch
 installed, for its backend detection; serving the output needs neither nncf nor torch).
 
 * :mod:`.capture`: run the fp32 pipeline over calibration texts, record real stage inputs;
+* :mod:`.graph_capture` / :mod:`.graph_accuracy`: the same capture and report for a family
+  whose stages run on a graph runner (CosyVoice2), by graph role at the runner;
 * :mod:`.weights`: weight-only INT8 / INT4 (``nncf.compress_weights``) of the LLM and text
   encoder;
 * :mod:`.static`: static INT8 (``nncf.quantize``, transformer model type, SmoothQuant, ignored

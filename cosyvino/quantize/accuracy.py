@@ -119,6 +119,27 @@ STAGE_GROUP = {g: (g if g in SWAP_GROUPS else spec.component)
                if g in SWAP_GROUPS or spec.component in SWAP_GROUPS}
 #: swap groups that change the mel (the flow component's graphs)
 _MEL_GROUPS = tuple(g for g in reference_table().component("flow") if g in SWAP_GROUPS)
+#: swap group -> the graph roles (:data:`cosyvino.families.ROLES`) it takes from the quantized
+#: model in a family whose stages run on a graph runner (:mod:`.graph_accuracy`); the v1 graph
+#: names above are those roles
+SWAP_ROLES = {g: tuple(r for r, gg in STAGE_GROUP.items() if gg == g) for g in SWAP_GROUPS}
+
+
+def audio_scopes(rows: list[dict], variants) -> dict:
+    """variant -> mean/min SNR (dB) and, for mel variants, mean/max mel L1 and LSD (dB) over
+    the per-text ``rows`` of an audio report."""
+    scopes = {}
+    for v in variants:
+        vals = [r[v] for r in rows]
+        sc = {"mean_snr_db": float(np.mean([x["snr_db"] for x in vals])),
+              "min_snr_db": float(np.min([x["snr_db"] for x in vals]))}
+        if "mel_l1" in vals[0]:
+            sc.update({"mean_mel_l1": float(np.mean([x["mel_l1"] for x in vals])),
+                       "max_mel_l1": float(np.max([x["mel_l1"] for x in vals])),
+                       "mean_lsd_db": float(np.mean([x["lsd_db"] for x in vals])),
+                       "max_lsd_db": float(np.max([x["lsd_db"] for x in vals]))})
+        scopes[v] = sc
+    return scopes
 
 
 class SwappedStages:
@@ -196,17 +217,7 @@ def audio_report(ref_stages, test_stages, texts: Iterable, changed_stages: Itera
             res["snr_db"] = snr_db(ref_wav, pipe.mel_to_wav(mel, np.random.default_rng(s_voc)))
             row[v] = res
         rows.append(row)
-    scopes = {}
-    for v in variants:
-        vals = [r[v] for r in rows]
-        sc = {"mean_snr_db": float(np.mean([x["snr_db"] for x in vals])),
-              "min_snr_db": float(np.min([x["snr_db"] for x in vals]))}
-        if "mel_l1" in vals[0]:
-            sc.update({"mean_mel_l1": float(np.mean([x["mel_l1"] for x in vals])),
-                       "max_mel_l1": float(np.max([x["mel_l1"] for x in vals])),
-                       "mean_lsd_db": float(np.mean([x["lsd_db"] for x in vals])),
-                       "max_lsd_db": float(np.max([x["lsd_db"] for x in vals]))})
-        scopes[v] = sc
+    scopes = audio_scopes(rows, variants)
     overall = "end_to_end" if "end_to_end" in scopes else groups[0]
     return {"method": "fp32 sampled tokens (seeded); same flow noise and NSF draws; "
                       "f32 compute", "texts": len(rows), "seed": seed,

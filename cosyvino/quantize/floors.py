@@ -36,14 +36,16 @@ FLOOR_STAGES = tuple(SNR_FLOORS_DB)
 
 
 def floor_verdicts(static_stages: Sequence[str], audio: dict | None, floors: dict,
-                    keep: bool) -> dict:
+                    keep: bool, roles: dict | None = None) -> dict:
     """variant -> {stages, floor_db, snr_db, min_snr_db, verdict} for every report variant
     (:data:`SNR_FLOORS_DB` key) holding a static INT8 stage. ``verdict``: ``pass``,
     ``refused`` (below the floor or not finite: the stages are written fp32), ``kept``
-    (below, but ``keep``), ``unmeasured`` (no audio report)."""
+    (below, but ``keep``), ``unmeasured`` (no audio report). ``roles``: graph name -> role
+    (:data:`cosyvino.families.ROLES`) of the source table; None: each stage is named after
+    its role (v1)."""
     out: dict = {}
     for stage in static_stages:
-        group = STAGE_GROUP.get(stage)
+        group = STAGE_GROUP.get((roles or {}).get(stage, stage))
         if group in floors:
             rec = out.setdefault(group, {"stages": [], "floor_db": floors[group]})
             rec["stages"].append(stage)

@@ -26,8 +26,7 @@ from ..converted import (
     write_manifest,
 )
 from ..errors import InputError
-from ..families import GraphTable, detect_family
-from ..families.cosyvoice1.graphs import reference_table
+from ..families import ROLES, GraphTable, ModelFamily, detect_family
 from ..fileutil import replace_dir
 from .accuracy import (
     F32_OPTIONS,
@@ -41,15 +40,21 @@ from .accuracy import (
 )
 from .capture import CaptureLimits, capture_calibration
 from .floors import SNR_FLOORS_DB, describe_floor, floor_verdicts
+from .graph_capture import capture_graph_calibration, runner_of
+from . import graph_accuracy
 from .machine import machine_record
 from .static import StaticSettings, quantize_static
 from .weights import WeightSettings, compress_ir
 
 log = logging.getLogger("cosyvino.quantize")
 Progress = Callable[[str], None]
-#: the model family whose graphs the recipes, the capture and the reports are written for
-FAMILY = "cosyvoice1"
-#: graph -> the :class:`.capture.Capture` group holding its recorded inputs: the dataset of
+#: Recipes, capture groups, fp16 storage and floors name graph ROLES
+#: (:data:`cosyvino.families.ROLES`, declared by each family's graph table), never a family's
+#: graph names; a family whose table has no graph of a role simply has nothing of it to treat
+#: (CosyVoice2: no ``length_regulator``). The roles are named after the v1 graphs that play
+#: them, so for v1 a role and its graph have one name.
+#:
+#: role -> the :class:`.capture.Capture` group holding its recorded inputs: the dataset of
 #: its static INT8 (the inputs its table entry names: ``hift_f0`` takes the ``mel`` of a
 #: vocoder item) or of its data-aware INT4 (``llm``: whole utterances of the stateful IR)
 CAPTURE_GROUPS = {"estimator": "estimator", "flow_encoder": "flow_encoder",
@@ -57,6 +62,8 @@ CAPTURE_GROUPS = {"estimator": "estimator", "flow_encoder": "flow_encoder",
 #: capture group -> the :class:`.capture.CaptureLimits` field that bounds it
 CAPTURE_LIMIT_FIELDS = {"estimator": "estimator", "flow_encoder": "flow_encoder",
                         "vocoder": "vocoder", "llm": "llm_sequences"}
+#: roles on the LLM path (changing one of them calls for the LLM report)
+LLM_ROLES = ("text_encoder", "speech_embedding", "llm_embedding", "llm")
 
 
 #: float stages the ``int8`` preset stores with fp16 weights (compute stays f32, or bf16 where
@@ -70,9 +77,10 @@ FP16_STORAGE_STAGES = ("length_regulator", "hift_f0", "hift_decode")
 
 @dataclass(frozen=True)
 class Recipe:
-    """Graph names (of the v1 graph table) per treatment. weights: graph -> weight-only mode;
-    static: graphs quantized with ``nncf.quantize``; fp16: graphs stored with fp16 weights when
-    neither of those quantized them."""
+    """Graph roles (:data:`cosyvino.families.ROLES`) per treatment. weights: role ->
+    weight-only mode; static: roles quantized with ``nncf.quantize``; fp16: roles stored with
+    fp16 weights when neither of those quantized them. Each applies to every graph of the
+    role in the source dir's table (none: nothing to do)."""
 
     weights: dict = field(default_factory=dict)
     static: tuple = ()
@@ -125,22 +133,45 @@ DEFAULT_SUBDIR = {"int8-llm-only": "openvino-int8-llm", "int8": "openvino-int8",
 HIFT_STAGES = ("hift_f0", "hift_decode")
 
 
-def source_graphs(src_dir: str) -> GraphTable:
-    """The graph table of the converted dir ``src_dir`` (its family's, for its config).
+def source_family(src_dir: str) -> tuple[type[ModelFamily], GraphTable]:
+    """The family of the converted dir ``src_dir`` and its graph table (for its config).
 
-    Raises InputError: the dir is not a CosyVoice v1 conversion (the recipes, the capture and
-    the reports are v1's); ModelDirError / ConfigError: unreadable config."""
+    Raises InputError: the family does not take quantization
+    (:attr:`cosyvino.families.ModelFamily.quantizable`); ModelDirError / ConfigError:
+    unreadable config."""
     family = detect_family(src_dir)
-    if family.name != FAMILY:
+    if not family.quantizable:
+        from ..families import family_classes
+
+        ok = [name for name, f in family_classes().items() if f.quantizable]
         raise InputError(f"{src_dir} holds a {family.name!r} model; cosyvino quantize "
-                         f"supports {FAMILY!r} conversions only")
-    return family.graphs(family.read_config(src_dir))
+                         f"supports {', '.join(map(repr, ok))} conversions only")
+    return family, family.graphs(family.read_config(src_dir))
 
 
-def _check_graphs(table: GraphTable, what: str, names) -> None:
-    unknown = sorted(set(names) - set(table))
+def _refuse_family(model_dir: str) -> None:
+    """InputError (:func:`source_family`'s) when ``model_dir`` (official or converted) is of a
+    family quantize does not take: said before a missing conversion is. A dir whose family
+    cannot be told is left to :func:`cosyvino.converted.find_converted_dir`'s error."""
+    from ..errors import ModelDirError
+
+    try:
+        family = detect_family(model_dir)
+    except ModelDirError:
+        return
+    if not family.quantizable:
+        source_family(model_dir)
+
+
+def source_graphs(src_dir: str) -> GraphTable:
+    """The graph table of the converted dir ``src_dir`` (:func:`source_family`)."""
+    return source_family(src_dir)[1]
+
+
+def _check_roles(what: str, names) -> None:
+    unknown = sorted(set(names) - set(ROLES))
     if unknown:
-        raise InputError(f"{what}: unknown stages {unknown}; known: {', '.join(table)}")
+        raise InputError(f"{what}: unknown stages {unknown}; known: {', '.join(ROLES)}")
 
 
 @dataclass(frozen=True)
@@ -226,7 +257,8 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         seed: capture and report seed.
         speech_tokens: force this many speech tokens per segment in the capture and the audio
             report (bounds their time; None = until EOS).
-        fp16_storage: stages left unquantized by the recipe whose IRs are written with fp16
+        fp16_storage: roles (:data:`cosyvino.families.ROLES`; for v1 the graph names) left
+            unquantized by the recipe whose graphs' IRs are written with fp16
             weights (manifest precision ``fp16``; computed in f32 at load; scored by the audio
             report like a quantized stage). None = the preset's ``Recipe.fp16`` (``int8``:
             :data:`FP16_STORAGE_STAGES`); ``()`` copies every unquantized IR as fp32.
@@ -250,8 +282,14 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     The manifest's ``quantization.machine`` (and the summary's ``machine``) records the CPU
     the report was measured on (:func:`.machine.machine_record`).
 
-    Returns ``(out_dir, summary)``. Raises :class:`InputError` for bad arguments or a source
-    that is not an fp32 conversion, :class:`ConvertedModelError` for a bad source dir.
+    The recipes apply by graph role (:class:`Recipe`), so any family with
+    :attr:`~cosyvino.families.ModelFamily.quantizable` gets them: v1 through its own OpenVINO
+    stages (:mod:`.capture`, :mod:`.accuracy`), a family whose stages run on a graph runner
+    (CosyVoice2) through the runner (:mod:`.graph_capture`, :mod:`.graph_accuracy`).
+
+    Returns ``(out_dir, summary)``. Raises :class:`InputError` for bad arguments, a family
+    that does not take quantization (CosyVoice3 for now) or a source that is not an fp32
+    conversion, :class:`ConvertedModelError` for a bad source dir.
     """
     from ..plugins import get_backend
 
@@ -280,11 +318,10 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                    for s, m in weights.items()}
     static_stages = list(recipe.static) + (list(HIFT_STAGES) if hift == "int8" else [])
     fp16_storage = recipe.fp16 if fp16_storage is None else tuple(fp16_storage)
-    # the arguments are checked before the dir is touched, against the v1 graph names and
-    # components (the same in every config); the source dir's own table gives the stems
-    v1 = reference_table()
-    _check_graphs(v1, "fp16_storage", fp16_storage)
-    _check_graphs(v1, f"preset {preset!r}", [*weight_plan, *static_stages])
+    # the arguments are checked before the dir is touched, against the role names; the
+    # source dir's own table says which graphs play them (and gives the stems)
+    _check_roles("fp16_storage", fp16_storage)
+    _check_roles(f"preset {preset!r}", [*weight_plan, *static_stages])
     floors = dict(SNR_FLOORS_DB)
     for group, value in (snr_floors or {}).items():
         if group not in SNR_FLOORS_DB:
@@ -298,7 +335,7 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         floors[group] = float(value)
     fp16_stages = [s for s in fp16_storage if s not in weight_plan and s not in static_stages]
     audio_changed = [s for s in static_stages + fp16_stages if s in STAGE_GROUP]
-    llm_changed = any(s in weight_plan for s in v1.component("llm"))
+    llm_changed = any(r in weight_plan for r in LLM_ROLES)
     if (guards.max_kl is not None and not llm_changed) or (guards.audio and not audio_changed):
         raise InputError(f"preset {preset!r} (hift {hift}) leaves the guarded stages "
                          "unchanged: drop the guard")
@@ -307,11 +344,20 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     if static_stages and not calib_texts:
         raise InputError(f"preset {preset!r} needs calibration texts (static INT8 of "
                          f"{', '.join(static_stages)})")
+    _refuse_family(os.fspath(model_dir))
     src_dir, source_dir = find_converted_dir(os.fspath(model_dir))
     src_dir = os.path.abspath(src_dir)
     say(f"validating {src_dir}")
     src = validate_converted_dir(src_dir, source_dir)
-    table = source_graphs(src_dir)
+    family, table = source_family(src_dir)
+    role_of = table.roles
+    # roles -> this family's graphs (table order); a role it has no graph of drops out
+    by_role = {r: table.with_role(r) for r in ROLES}
+    weight_plan = {g: ws for r, ws in weight_plan.items() for g in by_role[r]}
+    static_stages = [g for r in static_stages for g in by_role[r]]
+    fp16_stages = [g for r in fp16_stages for g in by_role[r]]
+    audio_changed = [g for g in static_stages + fp16_stages if role_of[g] in STAGE_GROUP]
+    llm_changed = any(role_of[g] in LLM_ROLES for g in weight_plan)
     if src.get("weights") != "fp32":
         raise InputError(f"{src_dir} holds {src.get('weights')!r} IRs; quantize an fp32 "
                          "conversion (`cosyvino convert --weights fp32`)")
@@ -331,9 +377,10 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
     ref_stages = None
     try:
         data_aware = [g for g, ws in weight_plan.items() if bool(calib_texts)
-                      and ws.is_int4 and (ws.awq or ws.scale_estimation) and g in CAPTURE_GROUPS]
+                      and ws.is_int4 and (ws.awq or ws.scale_estimation)
+                      and role_of[g] in CAPTURE_GROUPS]
         # the capture groups some stage reads: static INT8 stages and data-aware INT4 weights
-        read = {CAPTURE_GROUPS[g] for g in [*static_stages, *data_aware]}
+        read = {CAPTURE_GROUPS[role_of[g]] for g in [*static_stages, *data_aware]}
         need_capture = bool(read)
         capture = None
         if need_capture:
@@ -343,9 +390,14 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
             # inputs with INT8 or data-free INT4 weights)
             limits = replace(limits, **{field: 0 for group, field in CAPTURE_LIMIT_FIELDS.items()
                                         if group not in read})
-            capture = capture_calibration(src_dir, calib_texts, seed=seed, limits=limits,
-                                          stages=ref_stages, show_progress=show_progress,
-                                          speech_tokens=speech_tokens)
+            if runner_of(ref_stages) is not None:  # stages over a graph runner: by role
+                capture = capture_graph_calibration(
+                    src_dir, calib_texts, ref_stages, family, seed=seed, limits=limits,
+                    show_progress=show_progress, speech_tokens=speech_tokens)
+            else:  # v1's own OpenVINO stages
+                capture = capture_calibration(src_dir, calib_texts, seed=seed, limits=limits,
+                                              stages=ref_stages, show_progress=show_progress,
+                                              speech_tokens=speech_tokens)
             cs = capture.summary()
             parts = {"estimator": f"{cs['estimator']} estimator calls (Euler steps "
                                   f"{cs['estimator_steps']})",
@@ -374,7 +426,7 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                                                 precision=precision)
             fp32 = src["files"][stem + ".bin"]["size"]
             size = files[stem + ".bin"]["size"]
-            stage_stats[stage] = info | {"precision": precision,
+            stage_stats[stage] = info | {"role": role_of[stage], "precision": precision,
                                          "seconds": time.perf_counter() - t0,
                                          "fp32_bin_bytes": fp32, "bin_bytes": size,
                                          "size_ratio": size / fp32}
@@ -384,8 +436,8 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         for stage, ws in weight_plan.items():
             say(f"compressing {stage} weights ({ws.mode})")
             t0 = time.perf_counter()
-            data = (getattr(capture, CAPTURE_GROUPS[stage])
-                    if capture and stage in CAPTURE_GROUPS else None)
+            data = (getattr(capture, CAPTURE_GROUPS[role_of[stage]])
+                    if capture and role_of[stage] in CAPTURE_GROUPS else None)
             model, info = compress_ir(xml(stage), ws, data)
             if ws.is_int4 and not info["data_aware"]:
                 say(f"{stage}: data-free INT4 ({info['data_free_reason']})")
@@ -396,8 +448,9 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
             t0 = time.perf_counter()
             names = table[stage].input_names
             samples = [{n: d[n] for n in names}
-                       for d in getattr(capture, CAPTURE_GROUPS[stage])]
-            model = quantize_static(xml(stage), stage, samples, static)
+                       for d in getattr(capture, CAPTURE_GROUPS[role_of[stage]])]
+            # the recipe (ignored scope) is the role's
+            model = quantize_static(xml(stage), role_of[stage], samples, static)
             record(stage, model, "int8-static", dict(static.describe(),
                                                      samples=len(samples)), t0)
             del model
@@ -409,6 +462,8 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
             del model
         for name, rec in src["files"].items():
             if name not in files:
+                # files may sit in sub-dirs (CosyVoice2: the tokenizer's CosyVoice-BlankEN/)
+                os.makedirs(os.path.dirname(os.path.join(tmp, name)), exist_ok=True)
                 shutil.copyfile(os.path.join(src_dir, name), os.path.join(tmp, name))
                 files[name] = dict(rec)
         quant = {"preset": preset, "hift": hift, "nncf_version": nncf.__version__,
@@ -424,6 +479,20 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
         write_manifest(tmp, manifest)
         validate_converted_dir(tmp)
         accuracy = None
+
+        def llm_report(ref, test, texts, tokens):
+            if runner_of(ref) is None:  # v1's own stages
+                return llm_teacher_forced_report(ref, test, texts, tokens)
+            return graph_accuracy.llm_teacher_forced_report(ref, test, texts, family,
+                                                            (src_dir, tmp), tokens)
+
+        def audio(ref, test, changed):
+            if runner_of(ref) is None:
+                return audio_report(ref, test, eval_texts, changed, seed, speech_tokens)
+            return graph_accuracy.audio_report(ref, test, eval_texts,
+                                               [role_of[g] for g in changed], family,
+                                               src_dir, seed, speech_tokens)
+
         if eval_texts:
             accuracy = {}
             if ref_stages is None:
@@ -431,17 +500,15 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
             test_stages = backend.load(tmp, num_threads=num_threads, **F32_OPTIONS)
             if llm_changed:
                 say(f"accuracy (LLM): {len(eval_texts)} texts x {eval_tokens} forced tokens")
-                accuracy["llm"] = llm_teacher_forced_report(ref_stages, test_stages,
-                                                            eval_texts, eval_tokens)
+                accuracy["llm"] = llm_report(ref_stages, test_stages, eval_texts, eval_tokens)
                 say("LLM, quantized vs fp32:\n" + format_table(accuracy["llm"]))
             if audio_changed:
                 say(f"accuracy (audio): {len(eval_texts)} texts")
-                accuracy["audio"] = audio_report(ref_stages, test_stages, eval_texts,
-                                                 audio_changed, seed, speech_tokens)
+                accuracy["audio"] = audio(ref_stages, test_stages, audio_changed)
                 say("audio, quantized vs fp32:\n" + format_audio_table(accuracy["audio"]))
             del test_stages
             verdicts = floor_verdicts(static_stages, accuracy.get("audio"), floors,
-                                      keep_below_floor)
+                                      keep_below_floor, roles=role_of)
             refused = [st for v in verdicts.values() if v["verdict"] == "refused"
                        for st in v["stages"]]
             for group, v in verdicts.items():
@@ -454,11 +521,12 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                                         os.path.join(tmp, stem + ext))
                         files[stem + ext] = dict(src["files"][stem + ext], stage=stage,
                                                  precision="fp32")
-                    v = verdicts[STAGE_GROUP[stage]]
+                    group = STAGE_GROUP[role_of[stage]]
+                    v = verdicts[group]
                     size = files[stem + ".bin"]["size"]
                     stage_stats[stage] = stage_stats[stage] | {
                         "precision": "fp32", "bin_bytes": size, "size_ratio": 1.0,
-                        "int8_refused": f"{STAGE_GROUP[stage]} SNR {v['snr_db']:.2f} dB < "
+                        "int8_refused": f"{group} SNR {v['snr_db']:.2f} dB < "
                                         f"floor {v['floor_db']:g} dB"}
                 write_manifest(tmp, manifest)
                 validate_converted_dir(tmp)
@@ -466,8 +534,7 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
                 if audio_changed:
                     say(f"accuracy (audio) of what is written: {len(eval_texts)} texts")
                     test_stages = backend.load(tmp, num_threads=num_threads, **F32_OPTIONS)
-                    accuracy["audio"] = audio_report(ref_stages, test_stages, eval_texts,
-                                                     audio_changed, seed, speech_tokens)
+                    accuracy["audio"] = audio(ref_stages, test_stages, audio_changed)
                     del test_stages
                     say("audio, as written vs fp32:\n" + format_audio_table(accuracy["audio"]))
                 else:
@@ -481,7 +548,8 @@ def quantize_model_dir(model_dir: str, out_dir: str | None = None, *,
             write_manifest(tmp, manifest)  # now with the accuracy summary
             validate_converted_dir(tmp)
         else:
-            quant["floors"] = verdicts = floor_verdicts(static_stages, None, floors, True)
+            quant["floors"] = verdicts = floor_verdicts(static_stages, None, floors, True,
+                                                        roles=role_of)
             for group, v in verdicts.items():
                 say("warning: " + describe_floor(group, v))
             if verdicts:

@@ -28,6 +28,7 @@ class CosyVoice1(ModelFamily):
     description = "CosyVoice v1 (CosyVoice-300M / -SFT / -Instruct)"
     config_files = ("cosyvoice.yaml",)
     lanes = ("llm", "audio")  # the LLM and the flow/vocoder hops (program.py)
+    quantizable = True  # cosyvino quantize: its own OpenVINO stages, recorded by capture.py
 
     @classmethod
     def detect(cls, model_dir: str) -> bool:

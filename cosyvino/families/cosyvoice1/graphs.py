@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 import numpy as np
@@ -179,7 +179,7 @@ def graph_table(config) -> GraphTable:
     hop = config.hift.hop_length
     past, present = llm_cache_names(layers)
     t_hift = 20
-    return GraphTable([
+    graphs = [
         GraphSpec("text_encoder", "llm", (_i("text_token", 1, "text_len"),),
                   (_f("text_features", 1, "text_len", d),),
                   example_sizes={"text_len": 9}, torch_module=_text_encoder,
@@ -242,7 +242,9 @@ def graph_table(config) -> GraphTable:
                     torch_module=_hift_decode,
                     doc="HiFT decode to the waveform, clipped to ±0.99",
                     example_values={"source": _nsf_source}),
-    ])
+    ]
+    # the v1 graph names are the role names (base.ROLES): each graph plays its namesake
+    return GraphTable([replace(g, role=g.name) for g in graphs])
 
 
 @functools.lru_cache(maxsize=1)

@@ -30,6 +30,7 @@ class CosyVoice2(SpeechLMFamily):
     source_file_names = SOURCE_FILES
     prompt_model_files = PROMPT_MODEL_FILES
     head_bias = True
+    quantizable = True  # cosyvino quantize: graph-runner stages, recorded at the runner
 
     @classmethod
     def presets(cls) -> tuple[str, ...]:

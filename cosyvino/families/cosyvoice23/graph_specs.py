@@ -110,11 +110,12 @@ def speech_lm_graphs(llm) -> list[GraphSpec]:
         ValuedGraphSpec("text_embedding", "llm", (i64("ids", 1, "n"),),
                         (f32("rows", 1, "n", d),), example_sizes={"n": 7},
                         torch_module=_text_embedding, int_high={"ids": q.vocab_size},
-                        doc="Qwen2 text ids -> LLM input rows"),
+                        doc="Qwen2 text ids -> LLM input rows", role="text_encoder"),
         ValuedGraphSpec("speech_embedding", "llm", (i64("tokens", 1, "n"),),
                         (f32("rows", 1, "n", d),), example_sizes={"n": 5},
                         torch_module=_speech_embedding, int_high={"tokens": v},
-                        doc="speech tokens (and the rows after them) -> LLM input rows"),
+                        doc="speech tokens (and the rows after them) -> LLM input rows",
+                        role="speech_embedding"),
         GraphSpec("llm", "llm",
                   (f32("inputs_embeds", "batch", "new", d), f32(PAST_K, *cache, "past", hd),
                    f32(PAST_V, *cache, "past", hd)),
@@ -123,7 +124,7 @@ def speech_lm_graphs(llm) -> list[GraphSpec]:
                   state=(StateSpec(PAST_K, PRESENT_K, (layers, 1, kv, 0, hd), axis=3),
                          StateSpec(PAST_V, PRESENT_V, (layers, 1, kv, 0, hd), axis=3)),
                   example_sizes={"batch": 1, "new": 4, "past": 3, "total": 7},
-                  torch_module=_llm,
+                  torch_module=_llm, role="llm",
                   doc="one KV-cached Qwen2 call (prefill or one decode step): log-softmax of "
                       "the speech head at the last new position"),
     ]

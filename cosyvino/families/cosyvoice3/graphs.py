@@ -84,7 +84,8 @@ def graph_table(config) -> GraphTable:
                         int_high={"tokens": flow.vocab_size, "context": flow.vocab_size},
                         example_values={"context_scale": ones},
                         doc="speech tokens (+ look-ahead context) -> mu (input embedding + "
-                            "pre-lookahead, 2 frames per token) and the projected speaker"),
+                            "pre-lookahead, 2 frames per token) and the projected speaker",
+                        role="flow_encoder"),
         ValuedGraphSpec("estimator", "flow",
                         (f32("x", 2, c, "frames"), f32("mask", 2, 1, "frames"),
                          f32("mu", 2, c, "frames"), f32("t", 2), f32("spks", 2, c),
@@ -93,19 +94,20 @@ def graph_table(config) -> GraphTable:
                         example_sizes={"frames": 23}, torch_module=_estimator,
                         example_values={"mask": ones, "t": unit, "chunk": small_chunk},
                         doc="CFM estimator (DiT), batch 2 = conditional + unconditional; "
-                            "chunk = attention chunk in frames"),
+                            "chunk = attention chunk in frames", role="estimator"),
         ValuedGraphSpec("hift_f0", "vocoder", (f32("mel", 1, mel_bins, "frames"),),
                         (f32("f0", 1, "frames"),), example_sizes={"frames": t_hift},
                         torch_module=_hift_f0,
                         doc="causal f0 predictor (Hz per mel frame; float64 in torch, float32 "
-                            "in ONNX)"),
+                            "in ONNX)", role="hift_f0"),
         ValuedGraphSpec("hift_source", "vocoder",
                         (f32("f0", 1, "frames"), f32("sine_waves", 1, "samples", h)),
                         (f32("source", 1, 1, "samples"),),
                         example_sizes={"frames": t_hift, "samples": hop * t_hift},
                         torch_module=_hift_source,
                         example_values={"f0": f0_hz, "sine_waves": unit},
-                        doc="causal NSF source from f0 and rows of the fixed uniform table"),
+                        doc="causal NSF source from f0 and rows of the fixed uniform table",
+                        role="hift_source"),
         ValuedGraphSpec("hift_decode", "vocoder",
                         (f32("mel", 1, mel_bins, "frames"),
                          f32("context", 1, mel_bins, look_right),
@@ -116,7 +118,8 @@ def graph_table(config) -> GraphTable:
                         torch_module=_hift_decode,
                         example_values={"source": small, "context": small},
                         doc="causal HiFT decode to the 24 kHz waveform (480 per mel frame), "
-                            "clipped to ±0.99; context = conv_pre's look-ahead frames"),
+                            "clipped to ±0.99; context = conv_pre's look-ahead frames",
+                        role="hift_decode"),
     ])
 
 
