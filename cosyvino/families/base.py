@@ -256,6 +256,10 @@ class ModelFamily(abc.ABC):
     #: dir carries as they are, when the source dir has them (v1: ``campplus.onnx``,
     #: ``speech_tokenizer_v1.onnx``); what :meth:`prompt_encoder` loads from a converted dir
     prompt_model_files: ClassVar[tuple[str, ...]] = ()
+    #: official checkpoints of the family on the model hubs: checkpoint name -> {hub:
+    #: repository id} (hubs: ``huggingface``, ``modelscope``), what ``cosyvino download NAME``
+    #: fetches; the ids of the upstream README's download section
+    download_ids: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     #: the lanes of the family's programs (:attr:`cosyvino.engine.program.Program.lanes`):
     #: steps of different lanes of one request may run at the same time on thread-safe stages
     lanes: ClassVar[tuple[str, ...]] = ("main",)

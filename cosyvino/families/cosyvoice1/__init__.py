@@ -28,6 +28,15 @@ class CosyVoice1(ModelFamily):
     description = "CosyVoice v1 (CosyVoice-300M / -SFT / -Instruct)"
     config_files = ("cosyvoice.yaml",)
     lanes = ("llm", "audio")  # the LLM and the flow/vocoder hops (program.py)
+    # github.com/FunAudioLLM/CosyVoice README, "Model download" (snapshot_download calls)
+    download_ids = {
+        "CosyVoice-300M": {"huggingface": "FunAudioLLM/CosyVoice-300M",
+                           "modelscope": "iic/CosyVoice-300M"},
+        "CosyVoice-300M-SFT": {"huggingface": "FunAudioLLM/CosyVoice-300M-SFT",
+                               "modelscope": "iic/CosyVoice-300M-SFT"},
+        "CosyVoice-300M-Instruct": {"huggingface": "FunAudioLLM/CosyVoice-300M-Instruct",
+                                    "modelscope": "iic/CosyVoice-300M-Instruct"},
+    }
 
     @classmethod
     def detect(cls, model_dir: str) -> bool:

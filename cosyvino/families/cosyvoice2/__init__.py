@@ -27,6 +27,10 @@ class CosyVoice2(SpeechLMFamily):
     config_files = ("cosyvoice2.yaml",)
     title = "CosyVoice2"
     source_file_names = SOURCE_FILES
+    # github.com/FunAudioLLM/CosyVoice README (2026-03, commit ace7c47), "Model download":
+    # snapshot_download('iic/CosyVoice2-0.5B') on ModelScope, 'FunAudioLLM/CosyVoice2-0.5B' on HF
+    download_ids = {"CosyVoice2-0.5B": {"huggingface": "FunAudioLLM/CosyVoice2-0.5B",
+                                        "modelscope": "iic/CosyVoice2-0.5B"}}
     prompt_model_files = PROMPT_MODEL_FILES
     head_bias = True
 
