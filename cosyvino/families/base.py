@@ -442,6 +442,14 @@ class ModelFamily(abc.ABC):
         return None
 
     @classmethod
+    def estimator_cost(cls, config, tokens: int) -> "tuple[int, float] | None":
+        """``(mel frames, GFLOP)`` of one flow-estimator call (every batch row of it) on the mel
+        of ``tokens`` speech tokens, for ``cosyvino bench``'s achieved-rate rows; families count
+        it with ``torch.utils.flop_counter`` on their estimator built on the meta device (no
+        weights; imports torch). None: not offered, or torch is missing. Default: None."""
+        return None
+
+    @classmethod
     def pipeline(cls, stages):
         """The family's orchestration helper over loaded ``stages`` (v1:
         :class:`cosyvino.families.cosyvoice1.pipeline.Pipeline`: LLM input layout, sampling

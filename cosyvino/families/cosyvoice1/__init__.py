@@ -149,6 +149,17 @@ class CosyVoice1(ModelFamily):
                              typical_positions=TYPICAL_DECODE_POSITIONS)
 
     @classmethod
+    def estimator_cost(cls, config, tokens: int):
+        """Frames of ``tokens`` tokens at v1's length regulation and the FLOP of one batch-2
+        ConditionalDecoder call on them (:func:`.flops.estimator_gflop`)."""
+        from .flops import estimator_gflop
+        from .length_regulation import mel_frames_for_tokens
+
+        frames = mel_frames_for_tokens(tokens)
+        gflop = estimator_gflop(config, frames)
+        return None if gflop is None else (frames, gflop)
+
+    @classmethod
     def pipeline(cls, stages):
         from .pipeline import Pipeline
 

@@ -67,6 +67,16 @@ class CosyVoice2(SpeechLMFamily):
         return load_torch_model(model_dir)
 
     @classmethod
+    def estimator_cost(cls, config, tokens: int):
+        """``token_mel_ratio`` (2) frames per token, and the FLOP of one batch-2 causal U-Net
+        call on them with full attention (:mod:`.flops`)."""
+        from .flops import estimator_gflop
+
+        frames = int(tokens) * config.flow.token_mel_ratio
+        gflop = estimator_gflop(config.flow, frames)
+        return None if gflop is None else (frames, gflop)
+
+    @classmethod
     def export_graph(cls, model, spec, *, state_in_graph: bool = False):
         """With the state in the graph (the OpenVINO exporter) the stateful ``llm`` has one
         cache state per layer and K/V (:func:`.graphs.layer_state_spec`,
