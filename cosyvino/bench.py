@@ -26,6 +26,8 @@ import time
 
 import numpy as np
 
+from .measurement_voice import MEASUREMENT_VOICE, STAND_IN_TEXT, measurement_voice, stand_in_clip
+
 #: (language, preferred built-in speaker, text): the speaker where the model has it, else
 #: :func:`bench_voice` picks one (models without built-in speakers: a registered prompt voice)
 TEXTS = (
@@ -86,7 +88,7 @@ PROMPT_ROWS = (
 PROMPT_SECONDS = 5.0
 #: transcript of ``examples/zero_shot_prompt.wav`` (the official zero-shot example; the cost
 #: does not depend on the text)
-PROMPT_TEXT = "希望你以后能够做的比我还好呦。"
+PROMPT_TEXT = STAND_IN_TEXT
 
 
 def default_prompt_wav() -> str | None:
@@ -102,11 +104,7 @@ def prompt_clip(path: str | None, seconds: float = PROMPT_SECONDS) -> tuple[np.n
     (noise with a 4 Hz syllable envelope at -20 dBFS, 16 kHz): the prompt models' cost
     depends on the length only."""
     if path is None:
-        rate = 16000
-        t = np.arange(int(seconds * rate)) / rate
-        rng = np.random.default_rng(0)
-        x = 0.1 * rng.standard_normal(t.size) * (0.55 + 0.45 * np.sin(2 * np.pi * 4 * t))
-        return x.astype(np.float32), rate
+        return stand_in_clip(seconds)
     import soundfile as sf
 
     x, rate = sf.read(path, dtype="float32", always_2d=True)
@@ -277,34 +275,22 @@ def profile_decode_bytes(profile, mean_cache_len: float, weight_bytes: float = 4
 
 
 #: name of the voice :func:`bench_voice` registers on a model without built-in speakers
-BENCH_VOICE = "bench-voice"
+BENCH_VOICE = MEASUREMENT_VOICE
 
 
-def bench_voice(tts, preferred: str | None = None, prompt_wav: str | None = None) -> str:
-    """The voice the benchmark speaks with on ``tts``: ``preferred`` when the model has it,
-    else its first built-in speaker, else (no built-in speakers, e.g. an official CosyVoice2
-    dir without ``spk2info.pt``) a voice registered once from a 5 s clip of ``prompt_wav``
-    (:func:`prompt_clip`; the stand-in without a file) under :data:`BENCH_VOICE`.
+def bench_voice(tts, preferred: str | None = None, prompt_wav: str | None = None):
+    """The voice the benchmark speaks with on ``tts``
+    (:func:`cosyvino.measurement_voice.measurement_voice`): ``preferred`` when the model has
+    it, else its first built-in speaker, else (no built-in speakers, e.g. an official
+    CosyVoice2 dir without ``spk2info.pt``) a prompt voice named :data:`BENCH_VOICE` made once
+    from a 5 s clip of ``prompt_wav`` (:func:`prompt_clip`; the stand-in without a file).
 
     Raises:
-        cosyvino.errors.CosyvinoError: no built-in speakers and no prompt models to register a
-            voice with (the message says what the model offers)."""
-    speakers = list(tts.speakers)
-    if preferred in speakers:
-        return preferred
-    if speakers:
-        return speakers[0]
-    if BENCH_VOICE in tts.voices:
-        return BENCH_VOICE
-    if "zero_shot" not in tts.modes:
-        from .errors import CosyvinoError
-
-        raise CosyvinoError(f"nothing to benchmark with: the model has no built-in speakers "
-                            f"and no prompt models to register a voice (modes: "
-                            f"{', '.join(tts.modes) or 'none'})")
-    tts.add_voice(BENCH_VOICE, prompt_clip(prompt_wav or default_prompt_wav()), PROMPT_TEXT,
-                  overwrite=True)
-    return BENCH_VOICE
+        cosyvino.errors.CosyvinoError: no built-in speakers and no prompt models."""
+    if list(tts.speakers):
+        return measurement_voice(tts, preferred)
+    return measurement_voice(tts, preferred, prompt_clip(prompt_wav or default_prompt_wav()),
+                             PROMPT_TEXT)
 
 
 def _row(tts, audio) -> dict:

@@ -78,11 +78,13 @@ def test_bench_voice_without_built_in_speakers(tiny_v2_model_dir, tmp_path):
     d = tmp_path / "v2-no-speakers"
     shutil.copytree(tiny_v2_model_dir, d)
     (d / "spk2info.pt").unlink()
-    tts = Synthesizer(str(d), backend="torch", voices_dir=False)
+    tts = Synthesizer(str(d), backend="torch")
     assert tts.speakers == []
-    assert bench_voice(tts, "中文女") == BENCH_VOICE
-    assert BENCH_VOICE in tts.voices
-    audio = tts.synthesize("hello", BENCH_VOICE, seed=0, num_speech_tokens=5)
+    voice = bench_voice(tts, "中文女")
+    assert voice.name == BENCH_VOICE and voice.prompt_speech_tokens is not None
+    assert bench_voice(tts) is voice  # made once per model
+    assert not (d / "voices").exists() and BENCH_VOICE not in tts.voices  # nothing stored
+    audio = tts.synthesize("hello", voice, seed=0, num_speech_tokens=5)
     assert audio.sample_rate == 24000 and audio.stats["speech_tokens"] == 5
 
 

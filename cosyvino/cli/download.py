@@ -94,16 +94,13 @@ def downloaded_family(model_dir: str) -> str:
     Raises:
         DownloadError: no family recognizes it; the message (a clause: "not a model dir ...",
             "an official ... dir ...") says which official yaml, if any, the dir has."""
-    from cosyvino.families import DEFAULT_FAMILY, family_classes
+    from cosyvino.families import family_classes, recognized_family
     from cosyvino.families.official import OFFICIAL_YAMLS, official_family
 
+    name = recognized_family(model_dir)
+    if name is not None:
+        return name
     classes = family_classes()
-    for name in sorted(classes, key=lambda n: (n == DEFAULT_FAMILY, n)):
-        try:
-            if classes[name].detect(model_dir):
-                return name
-        except Exception:  # noqa: BLE001 - a broken third-party detect must not hide the others
-            continue
     official = official_family(model_dir)
     yamls = ", ".join(y for _, y in OFFICIAL_YAMLS[:-1]) + f" or {OFFICIAL_YAMLS[-1][1]}"
     if official is not None:

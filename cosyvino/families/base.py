@@ -442,6 +442,14 @@ class ModelFamily(abc.ABC):
         return None
 
     @classmethod
+    def batch_limits(cls) -> dict[str, int]:
+        """What the family's stages can batch, whatever the backend: ``{"llm_batch": rows one
+        decode step of its stages advances, "estimator_batch": requests one estimator call
+        holds}``; a key absent = as the backend says (its ``Capabilities``). The planner caps
+        its ``llm_batch`` / ``estimator_batch`` decisions with it. Default: ``{}``."""
+        return {}
+
+    @classmethod
     def estimator_cost(cls, config, tokens: int) -> "tuple[int, float] | None":
         """``(mel frames, GFLOP)`` of one flow-estimator call (every batch row of it) on the mel
         of ``tokens`` speech tokens, for ``cosyvino bench``'s achieved-rate rows; families count

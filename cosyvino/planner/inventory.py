@@ -62,6 +62,12 @@ def _family_name(model_dir: str) -> str | None:
         return None
 
 
+def _recognized_family(model_dir: str) -> str | None:
+    from ..families import recognized_family
+
+    return recognized_family(model_dir)
+
+
 def model_inventory(model_dir: str | None) -> dict:
     """What a model dir holds, without loading it.
 
@@ -77,10 +83,14 @@ def model_inventory(model_dir: str | None) -> dict:
 
     info: dict = {"dir": model_dir or "", "exists": False}
     if model_dir and os.path.isdir(model_dir):
-        info["exists"] = os.path.isfile(os.path.join(model_dir, "cosyvoice.yaml"))
-        if os.path.isfile(os.path.join(model_dir, "manifest.json")):
+        converted = os.path.isfile(os.path.join(model_dir, "manifest.json"))
+        if converted:
             info["converted_dir"] = True
-        family = _family_name(model_dir)
+        # an official dir a registered family recognizes (its own config file, whatever the
+        # family); a converted dir's family comes from its manifest
+        recognized = None if converted else _recognized_family(model_dir)
+        info["exists"] = recognized is not None
+        family = recognized or (_family_name(model_dir) if converted else None)
         if family:
             info["family"] = family
     classes = backend_classes()
