@@ -101,3 +101,25 @@ def test_plan_without_built_in_speakers_tunes_with_a_stand_in_voice(tiny_v2_mode
     assert first["status"] == "ok", first
     assert first["audio_s"] == pytest.approx(0.4)  # 10 tokens at 25 tokens/s
     assert not (d / "voices").exists()
+
+
+def test_synthesizer_from_a_v2_plan_loads_the_plans_dir(tiny_v2_model_dir):
+    """A plan for a v2 dir serves that dir (it was taken for a v1 dir only when it had a
+    cosyvoice.yaml, so the embedded default model was loaded instead)."""
+    from cosyvino.planner.auto import synthesizer_from_plan
+    from cosyvino.planner.planfile import Plan
+
+    seen = {}
+
+    class Fake:
+        def __init__(self, model_dir, backend, **opts):
+            seen.update(opts, model_dir=model_dir, backend=backend)
+
+    plan = Plan(backend="torch", backend_options={"num_threads": 2}, streams=1,
+                threads_per_stream=2, pinning=False, max_sessions=1, queue_size=2,
+                model_dir=tiny_v2_model_dir)
+    synthesizer_from_plan(Fake, None, plan)
+    assert seen["model_dir"] == tiny_v2_model_dir
+    seen.clear()
+    synthesizer_from_plan(Fake, None, Plan(**{**plan.__dict__, "model_dir": "/nonexistent"}))
+    assert seen["model_dir"] is None  # nothing there: the default model

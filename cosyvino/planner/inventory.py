@@ -74,9 +74,11 @@ def model_inventory(model_dir: str | None) -> dict:
     Returns the generic part {dir, exists[, converted_dir][, family]} plus one section per
     registered backend that finds something to say, under the backend's name
     (:meth:`cosyvino.backends.Backend.inventory`; e.g. ``openvino``: {present, dirs, bytes,
-    precisions, dir_precisions...}, ``torch``: {files, bytes}). ``exists`` says
-    ``cosyvoice.yaml`` is there, ``converted_dir`` that the dir is a converted one itself
-    (``manifest.json``), ``family`` the detected model family's name. Reference backends'
+    precisions, dir_precisions...}, ``torch``: {files, bytes}). ``exists`` says a
+    registered family recognizes the official dir (its own config file, e.g.
+    ``cosyvoice2.yaml``: :func:`cosyvino.families.recognized_family`), ``converted_dir`` that
+    the dir is a converted one itself (``manifest.json``), ``family`` the model family's name
+    (absent when no family recognizes the dir: nothing there yet). Reference backends'
     sections come first. A backend whose ``inventory`` raises gets ``{"error": ...}``.
     """
     from ..plugins import backend_classes
