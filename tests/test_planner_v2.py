@@ -32,6 +32,10 @@ def test_inventory_of_a_v2_dir(tiny_v2_model_dir, tmp_path):
     assert inv["torch"]["files"] == ["llm.pt", "flow.pt", "hift.pt"]
     empty = model_inventory(str(tmp_path))
     assert empty["exists"] is False and "family" not in empty  # nothing there yet
+    (tmp_path / "manifest.json").write_text('{"family": "cosyvoice2"}')
+    conv = model_inventory(str(tmp_path))  # a converted dir: its manifest names the family
+    assert conv["exists"] is True and conv["converted_dir"] is True
+    assert conv["family"] == "cosyvoice2"
 
 
 def test_plan_of_a_v2_dir_with_torch(tiny_v2_model_dir, tmp_path):

@@ -53,15 +53,6 @@ def device_views() -> dict[str, dict]:
     return out
 
 
-def _family_name(model_dir: str) -> str | None:
-    try:
-        from ..families import detect_family
-
-        return detect_family(model_dir).name
-    except Exception:  # no family recognizes it (yet): the backends report what they find
-        return None
-
-
 def _recognized_family(model_dir: str) -> str | None:
     from ..families import recognized_family
 
@@ -75,8 +66,9 @@ def model_inventory(model_dir: str | None) -> dict:
     registered backend that finds something to say, under the backend's name
     (:meth:`cosyvino.backends.Backend.inventory`; e.g. ``openvino``: {present, dirs, bytes,
     precisions, dir_precisions...}, ``torch``: {files, bytes}). ``exists`` says a
-    registered family recognizes the official dir (its own config file, e.g.
-    ``cosyvoice2.yaml``: :func:`cosyvino.families.recognized_family`), ``converted_dir`` that
+    registered family recognizes the dir (:func:`cosyvino.families.recognized_family`: an
+    official dir by its own config file, e.g. ``cosyvoice2.yaml``; a converted dir by its
+    manifest's ``family``), ``converted_dir`` that
     the dir is a converted one itself (``manifest.json``), ``family`` the model family's name
     (absent when no family recognizes the dir: nothing there yet). Reference backends'
     sections come first. A backend whose ``inventory`` raises gets ``{"error": ...}``.
@@ -88,11 +80,10 @@ def model_inventory(model_dir: str | None) -> dict:
         converted = os.path.isfile(os.path.join(model_dir, "manifest.json"))
         if converted:
             info["converted_dir"] = True
-        # an official dir a registered family recognizes (its own config file, whatever the
-        # family); a converted dir's family comes from its manifest
-        recognized = None if converted else _recognized_family(model_dir)
-        info["exists"] = recognized is not None
-        family = recognized or (_family_name(model_dir) if converted else None)
+        # a dir a registered family recognizes: an official dir by its own config file
+        # (whatever the family), a converted dir by its manifest's family
+        family = _recognized_family(model_dir)
+        info["exists"] = family is not None
         if family:
             info["family"] = family
     classes = backend_classes()
