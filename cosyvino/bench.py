@@ -26,6 +26,10 @@ import time
 
 import numpy as np
 
+from .measurement_voice import MEASUREMENT_VOICE, STAND_IN_TEXT, measurement_voice, stand_in_clip
+
+#: (language, preferred built-in speaker, text): the speaker where the model has it, else
+#: :func:`bench_voice` picks one (models without built-in speakers: a registered prompt voice)
 TEXTS = (
     ("zh", "中文女", "收到好友从远方寄来的生日礼物，那份意外的惊喜与深深的祝福让我心中充满了甜蜜的快乐。"),
     ("en", "英文女", "CosyVoice is a multilingual speech synthesis model that runs on ordinary servers."),
@@ -84,7 +88,7 @@ PROMPT_ROWS = (
 PROMPT_SECONDS = 5.0
 #: transcript of ``examples/zero_shot_prompt.wav`` (the official zero-shot example; the cost
 #: does not depend on the text)
-PROMPT_TEXT = "希望你以后能够做的比我还好呦。"
+PROMPT_TEXT = STAND_IN_TEXT
 
 
 def default_prompt_wav() -> str | None:
@@ -100,11 +104,7 @@ def prompt_clip(path: str | None, seconds: float = PROMPT_SECONDS) -> tuple[np.n
     (noise with a 4 Hz syllable envelope at -20 dBFS, 16 kHz): the prompt models' cost
     depends on the length only."""
     if path is None:
-        rate = 16000
-        t = np.arange(int(seconds * rate)) / rate
-        rng = np.random.default_rng(0)
-        x = 0.1 * rng.standard_normal(t.size) * (0.55 + 0.45 * np.sin(2 * np.pi * 4 * t))
-        return x.astype(np.float32), rate
+        return stand_in_clip(seconds)
     import soundfile as sf
 
     x, rate = sf.read(path, dtype="float32", always_2d=True)
@@ -157,11 +157,11 @@ def measure_prompt(tts, clip: tuple[np.ndarray, int], tokens: int, runs: int = 3
         tts.synthesize(text, seed=0, num_speech_tokens=tokens, **inputs)
         return time.perf_counter() - t
 
-    tts.add_voice("bench-voice", clip, PROMPT_TEXT, overwrite=True)
-    wall(speaker="bench-voice")  # warm-up of the zero-shot path
+    tts.add_voice(BENCH_VOICE, clip, PROMPT_TEXT, overwrite=True)
+    wall(speaker=BENCH_VOICE)  # warm-up of the zero-shot path
     out["zero_shot_prompt_s"] = float(np.median(
         [wall(prompt_audio=clip, prompt_text=PROMPT_TEXT) for _ in range(runs)]))
-    out["zero_shot_voice_s"] = float(np.median([wall(speaker="bench-voice")
+    out["zero_shot_voice_s"] = float(np.median([wall(speaker=BENCH_VOICE)
                                                 for _ in range(runs)]))
     out.update(backend=default_prompt_backend(encoder.backend), seconds=PROMPT_SECONDS,
                runs=runs)
@@ -261,6 +261,38 @@ def llm_decode_bytes(config, mean_cache_len: float, weight_bytes: int = 4,
             "total_bytes": params * weight_bytes + kv}
 
 
+def profile_decode_bytes(profile, mean_cache_len: float, weight_bytes: float = 4,
+                         kv_bytes: float = 4) -> dict:
+    """Bytes read per decode step from a family's
+    :class:`~cosyvino.families.base.DecodeProfile` (what any family's
+    :meth:`~cosyvino.families.base.ModelFamily.decode_profile` gives): ``params`` weights at
+    ``weight_bytes`` each plus ``mean_cache_len`` cached positions at ``kv_bytes`` per value
+    (the profile prices an fp32 cache)."""
+    kv = profile.kv_bytes_per_position * mean_cache_len * kv_bytes / 4
+    weights = profile.params * weight_bytes
+    return {"params": profile.params, "weight_bytes": weights, "kv_bytes": kv,
+            "total_bytes": weights + kv}
+
+
+#: name of the voice :func:`bench_voice` registers on a model without built-in speakers
+BENCH_VOICE = MEASUREMENT_VOICE
+
+
+def bench_voice(tts, preferred: str | None = None, prompt_wav: str | None = None):
+    """The voice the benchmark speaks with on ``tts``
+    (:func:`cosyvino.measurement_voice.measurement_voice`): ``preferred`` when the model has
+    it, else its first built-in speaker, else (no built-in speakers, e.g. an official
+    CosyVoice2 dir without ``spk2info.pt``) a prompt voice named :data:`BENCH_VOICE` made once
+    from a 5 s clip of ``prompt_wav`` (:func:`prompt_clip`; the stand-in without a file).
+
+    Raises:
+        cosyvino.errors.CosyvinoError: no built-in speakers and no prompt models."""
+    if list(tts.speakers):
+        return measurement_voice(tts, preferred)
+    return measurement_voice(tts, preferred, prompt_clip(prompt_wav or default_prompt_wav()),
+                             PROMPT_TEXT)
+
+
 def _row(tts, audio) -> dict:
     st = audio.stats["stages"]
 
@@ -268,7 +300,8 @@ def _row(tts, audio) -> dict:
         return 1000 * st.get(name, {}).get("seconds", 0.0)
 
     decode_calls = max(1, st.get("llm_decode", {}).get("calls", 1))
-    est_calls = max(1, tts.config.flow.cfm.n_timesteps)
+    # the calls the run made (ODE steps x segments), whatever the family's step count
+    est_calls = max(1, st.get("flow_estimator", {}).get("calls", 1))
     return {
         "speech_tokens": audio.stats["speech_tokens"], "audio_s": audio.stats["audio_seconds"],
         "text_encoder_ms": ms("text_encoder"), "llm_prefill_ms": ms("llm_prefill"),
@@ -300,11 +333,11 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
                       **options)
     load_s = time.perf_counter() - t0
     load_peak = peak_rss_mb()  # compile-time transients: was the overall peak reached here?
-    tts.synthesize(TEXTS[1][2], TEXTS[1][1], seed=0, num_speech_tokens=10)  # warm-up
+    voice = bench_voice(tts, TEXTS[1][1], prompt_wav)
+    tts.synthesize(TEXTS[1][2], voice, seed=0, num_speech_tokens=10)  # warm-up
     rows = []
     for lang, speaker, text in TEXTS:
-        if speaker not in tts.speakers:
-            speaker = tts.speakers[0]
+        speaker = bench_voice(tts, speaker, prompt_wav)
         audio = tts.synthesize(text, speaker, seed=0, num_speech_tokens=tokens)
         row = _row(tts, audio)
         row["lang"] = lang
@@ -320,7 +353,7 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
     estimator_weights = stage_weight_precision(manifest, "estimator")
     streaming = []
     if stream_runs > 0:
-        speaker = TEXTS[0][1] if TEXTS[0][1] in tts.speakers else tts.speakers[0]
+        speaker = bench_voice(tts, TEXTS[0][1], prompt_wav)
         for label, text, share in STREAM_TEXTS:
             for schedule in STREAM_SCHEDULES:
                 row = measure_stream(tts, text, speaker, max(1, int(tokens * share)), schedule,
@@ -336,7 +369,7 @@ def run_worker(backend: str, model_dir: str, tokens: int, threads: int | None,
     if ode_steps:
         from .bench_extras import measure_ode_steps
 
-        speaker = TEXTS[0][1] if TEXTS[0][1] in tts.speakers else tts.speakers[0]
+        speaker = bench_voice(tts, TEXTS[0][1], prompt_wav)
         ode = measure_ode_steps(tts, TEXTS[0][2], speaker, tokens, ode_steps)
     kernels = getattr(tts.stages, "kernel_isas", None)
     peak = peak_rss_mb()
@@ -406,10 +439,11 @@ def run_backend_subprocess(backend: str, model_dir: str, tokens: int, threads: i
 
 
 def roofline(config, results: list[dict], tokens: int,
-             bandwidth_gbs: float | None = None) -> dict:
-    """LLM decode roofline per backend column: bytes read per token
-    (:func:`llm_decode_bytes` at the column's weight and KV-cache precision, mean cache length
-    of the run) over the best copy bandwidth sampled during the run: ``bandwidth_gbs`` (None:
+             bandwidth_gbs: float | None = None, profile=None) -> dict:
+    """LLM decode roofline per backend column: bytes read per token at the column's weight
+    and KV-cache precision and the run's mean cache length: :func:`profile_decode_bytes` of
+    ``profile`` (the family's :class:`~cosyvino.families.base.DecodeProfile`; what
+    ``cosyvino bench`` passes), or without one :func:`llm_decode_bytes` of a v1 ``config``) over the best copy bandwidth sampled during the run: ``bandwidth_gbs`` (None:
     measured now, with as many threads as the columns ran) and each worker's own sample
     (``bandwidth_gbs`` in its result, with its backend's threads). The best, not the latest:
     a VM's bandwidth drifts with its neighbours, and a single low sample made the printed
@@ -421,8 +455,10 @@ def roofline(config, results: list[dict], tokens: int,
     samples = [bandwidth_gbs]
     samples += [r["bandwidth_gbs"] for r in results if r.get("bandwidth_gbs")]
     bw = max(samples)
+    # the LLM prefix: the text tokens + 3 special positions (v1: sos, speaker, task; a
+    # family with one fewer moves the roofline by well under 1 %)
     prefix = np.mean([row["text_tokens"] for r in results if "rows" in r
-                      for row in r["rows"]] or [40]) + 3  # SOS, SPK, TASK
+                      for row in r["rows"]] or [40]) + 3
     mean_len = prefix + tokens / 2
     out = {"bandwidth_gbs": bw, "bandwidth_samples_gbs": samples, "mean_cache_len": mean_len,
            "per_backend": {}}
@@ -439,12 +475,18 @@ def roofline(config, results: list[dict], tokens: int,
             wb = 0.5
         kvb = {"u8": 1, "f16": 2, "bf16": 2}.get(
             (r.get("compile_info") or {}).get("KV_CACHE_PRECISION"), 4)
-        b = llm_decode_bytes(config, mean_len, wb, kvb)
+        b = (llm_decode_bytes(config, mean_len, wb, kvb) if profile is None
+             else profile_decode_bytes(profile, mean_len, wb, kvb))
         ms = b["total_bytes"] / (bw * 1e9) * 1e3
-        out["per_backend"][r["label"]] = {
-            "bytes_per_token": b["total_bytes"], "roofline_ms_per_token": ms,
-            "measured_ms_per_token": r["mean"]["llm_ms_per_token"],
-            "ratio": r["mean"]["llm_ms_per_token"] / ms}
+        row = {"bytes_per_token": b["total_bytes"], "roofline_ms_per_token": ms,
+               "measured_ms_per_token": r["mean"]["llm_ms_per_token"],
+               "ratio": r["mean"]["llm_ms_per_token"] / ms}
+        if profile is not None:
+            # the bounds `cosyvino quantize` aims at: INT8 / INT4 weights, the column's cache
+            for name, w in (("int8", 1), ("int4", 0.5)):
+                q = profile_decode_bytes(profile, mean_len, w, kvb)["total_bytes"]
+                row[f"{name}_roofline_ms_per_token"] = q / (bw * 1e9) * 1e3
+        out["per_backend"][r["label"]] = row
     return out
 
 
@@ -474,6 +516,13 @@ def markdown(results: list[dict], roof: dict | None, estimator: dict | None = No
                                   for r in ok) + " |")
         lines.append("| measured / roofline | " + " | ".join(
             f"{roof['per_backend'][r['label']]['ratio']:.2f}x" for r in ok) + " |")
+        for name in ("int8", "int4"):
+            key = f"{name}_roofline_ms_per_token"
+            if all(key in roof["per_backend"][r["label"]] for r in ok):
+                lines.append(f"| LLM {name.upper()}-weight roofline ms/token (measured / it) | "
+                             + " | ".join(f"{roof['per_backend'][r['label']][key]:.2f} ("
+                                          f"{r['mean']['llm_ms_per_token'] / roof['per_backend'][r['label']][key]:.1f}x)"
+                                          for r in ok) + " |")
     if estimator and estimator.get("gflop_per_call"):
         g = estimator["gflop_per_call"]
         rates = [g / (r["mean"]["estimator_ms_per_call"] / 1000.0) for r in ok]

@@ -1,8 +1,7 @@
 """Parts of ``cosyvino bench`` beyond the per-stage table (:mod:`cosyvino.bench`): the ODE
 step trade-off, the estimator's achieved rate against the CPU's peak for its precision (fp32
 FMA, or int8 dot products for a static INT8 estimator; the peaks: :mod:`cosyvino.cpu_peaks`),
-and a busy neighbour process. Must not import torch at module level (only
-:func:`estimator_gflop` does, when it is installed).
+and a busy neighbour process. Must not import torch at module level.
 """
 
 from __future__ import annotations
@@ -18,24 +17,12 @@ from .cpu_peaks import (  # noqa: F401  (re-exported: the benchmark scripts impo
 
 
 def estimator_gflop(config, frames: int) -> float | None:
-    """FLOP of one CFM estimator call (batch 2, ``frames`` mel frames) in GFLOP, counted by
-    ``torch.utils.flop_counter`` on the torch module built on the meta device (shapes only, no
-    weights); None without torch."""
-    try:
-        import torch
-        from torch.utils.flop_counter import FlopCounterMode
+    """FLOP of one estimator call of a CosyVoice v1 config at ``frames`` frames, in GFLOP (kept
+    for the callers that hold a v1 config; ``cosyvino bench`` asks every family through
+    :meth:`cosyvino.families.base.ModelFamily.estimator_cost`)."""
+    from .families.cosyvoice1.flops import estimator_gflop as count
 
-        from .families.cosyvoice1.torch.estimator import ConditionalDecoder
-    except ImportError:
-        return None
-    c = config.flow.output_size
-    with torch.device("meta"):
-        module = ConditionalDecoder(config.flow.estimator)
-        args = (torch.zeros(2, c, frames), torch.ones(2, 1, frames), torch.zeros(2, c, frames),
-                torch.zeros(2), torch.zeros(2, c), torch.zeros(2, c, frames))
-        with FlopCounterMode(display=False) as counter:
-            module(*args)
-    return counter.get_total_flops() / 1e9
+    return count(config, frames)
 
 
 def measure_ode_steps(tts, text: str, speaker: str, tokens: int, steps,

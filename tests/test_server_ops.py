@@ -295,7 +295,16 @@ def test_download_known_ids():
         "iic/CosyVoice-300M-Instruct", "CosyVoice-300M-Instruct")
     assert resolve_model("me/my-model", "huggingface") == ("me/my-model", "my-model")
     assert set(KNOWN_MODELS) == {"CosyVoice-300M", "CosyVoice-300M-SFT",
-                                 "CosyVoice-300M-Instruct"}
+                                 "CosyVoice-300M-Instruct", "CosyVoice2-0.5B",
+                                 "Fun-CosyVoice3-0.5B-2512"}
+    # the official README's snapshot_download ids (github.com/FunAudioLLM/CosyVoice)
+    assert resolve_model("cosyvoice2-0.5b", "huggingface") == (
+        "FunAudioLLM/CosyVoice2-0.5B", "CosyVoice2-0.5B")
+    assert resolve_model("CosyVoice2-0.5B", "modelscope") == (
+        "iic/CosyVoice2-0.5B", "CosyVoice2-0.5B")
+    for source in ("huggingface", "modelscope"):
+        assert resolve_model("Fun-CosyVoice3-0.5B-2512", source) == (
+            "FunAudioLLM/Fun-CosyVoice3-0.5B-2512", "Fun-CosyVoice3-0.5B-2512")
     for bad in ("nope", "a/b/c", "/x"):
         with pytest.raises(DownloadError, match="unknown model"):
             resolve_model(bad, "huggingface")
@@ -342,3 +351,38 @@ def test_download_with_a_fake_hub(monkeypatch, tmp_path):
     assert str(dest) in r.output
     r = CliRunner().invoke(main, ["download", "CosyVoice-300M", "--dir", str(tmp_path / "b")])
     assert r.exit_code == 2 and "no cosyvoice.yaml" in r.output
+
+
+@pytest.mark.parametrize("model,yaml_name,family,repo", [
+    ("CosyVoice2-0.5B", "cosyvoice2.yaml", "cosyvoice2", "iic/CosyVoice2-0.5B"),
+    ("Fun-CosyVoice3-0.5B-2512", "cosyvoice3.yaml", "cosyvoice3",
+     "FunAudioLLM/Fun-CosyVoice3-0.5B-2512"),
+])
+def test_download_v2_v3_with_a_fake_hub(monkeypatch, tmp_path, model, yaml_name, family, repo):
+    """A v2/v3 download needs no cosyvoice.yaml: the families say what arrived."""
+    calls = []
+
+    def fake_snapshot_download(repo_id, revision=None, local_dir=None):
+        calls.append(repo_id)
+        os.makedirs(local_dir, exist_ok=True)
+        open(os.path.join(local_dir, yaml_name), "w").close()
+        return local_dir
+
+    monkeypatch.setattr("cosyvino.cli.download._snapshot_download",
+                        lambda source: fake_snapshot_download)
+    dest = tmp_path / "m"
+    r = CliRunner().invoke(main, ["download", model, "--dir", str(dest), "--source",
+                                  "modelscope"])
+    assert r.exit_code == 0, r.output
+    assert calls == [repo]
+    assert f"(family {family})" in r.output and r.output.strip().endswith(str(dest))
+
+
+def test_download_of_an_unrecognized_dir_names_the_yamls(monkeypatch, tmp_path):
+    monkeypatch.setattr("cosyvino.cli.download._snapshot_download",
+                        lambda source: lambda repo_id, revision=None, local_dir=None:
+                        os.makedirs(local_dir, exist_ok=True))
+    r = CliRunner().invoke(main, ["download", "me/other", "--dir", str(tmp_path / "o")])
+    assert r.exit_code == 2
+    assert ("not a model dir any registered family recognizes (no cosyvoice.yaml, "
+            "cosyvoice2.yaml or cosyvoice3.yaml)") in r.output

@@ -140,7 +140,7 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, 
     from cosyvino.bench_extras import (busy_neighbour, kernels_line, neighbour_markdown,
                                        ode_markdown)
     from cosyvino.defaults import ensure_default_model
-    from cosyvino.families.cosyvoice1.yaml_config import read_model_config
+    from cosyvino.families import detect_family
 
     model_dir = os.path.abspath(model_dir or ensure_default_model())
     steps = _parse_steps(ode_steps)
@@ -178,20 +178,23 @@ def bench(model_dir, backends, tokens, threads, json_out, as_json, stream_runs, 
         click.echo(f"bench: {label} done in {time.perf_counter() - t:.0f} s"
                    + (f" (FAILED: {r['error'].splitlines()[-1]})" if "error" in r else ""),
                    err=True)
-    roof = None
+    roof = est = None
     if any("mean" in r for r in results):
-        roof = roofline(read_model_config(os.path.join(model_dir, "cosyvoice.yaml")), results,
-                        tokens)
+        # the family's own sizes: its decode profile prices the roofline, its estimator the
+        # G ops/s rows (no family's file or layer names here)
+        family = detect_family(model_dir)
+        config = family.read_config(model_dir)
+        profile = family.decode_profile(config)
+        if profile is not None:
+            roof = roofline(config, results, tokens, profile=profile)
     from cosyvino.planner.topology import probe_topology
 
     probe = probe_topology()
     isa = ", ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
                                 "amx_int8") if f in set(getattr(probe, "flags", ()) or ()))
     cpu = f"{probe.cpu_model or platform.machine()} ({isa or 'no AVX2'}), {os.cpu_count()} CPUs"
-    est = None
     if any("mean" in r for r in results):
-        est = _estimator_peak(read_model_config(os.path.join(model_dir, "cosyvoice.yaml")),
-                              tokens, probe, results)
+        est = _estimator_peak(family, config, tokens, probe, results)
     head = [f"CPU: {cpu}"] + ([busy] if busy else [])
     if plan is not None:
         head.append(f"plan = {plan.backend} on {plan.model_dir}, options "
@@ -294,19 +297,19 @@ def _busy_host_warning() -> str | None:
             "sample below includes their load (compare columns of one run, not runs)")
 
 
-def _estimator_peak(config, tokens: int, probe, results) -> dict | None:
-    """FLOP of one estimator call at the bench's frame count (torch needed to count them) and,
-    per backend column, the peak of the threads it ran with for its estimator's precision
-    (:func:`cosyvino.bench_extras.estimator_peak`: int8 dot products for a static INT8
-    estimator, the fp32 FMA peak otherwise)."""
-    from cosyvino.bench_extras import (cpu_clock_mhz, cpuinfo_field, estimator_gflop,
-                                       estimator_peak)
-    from cosyvino.families.cosyvoice1.length_regulation import mel_frames_for_tokens
+def _estimator_peak(family, config, tokens: int, probe, results) -> dict | None:
+    """FLOP of one estimator call at the bench's token count (the family's
+    :meth:`~cosyvino.families.base.ModelFamily.estimator_cost`: its frames per token and its
+    estimator; torch needed to count them) and, per backend column, the peak of the threads it
+    ran with for its estimator's precision (:func:`cosyvino.bench_extras.estimator_peak`: int8
+    dot products for a static INT8 estimator, the fp32 FMA peak otherwise). None when the
+    family does not count it."""
+    from cosyvino.bench_extras import cpu_clock_mhz, cpuinfo_field, estimator_peak
 
-    frames = mel_frames_for_tokens(tokens)
-    gflop = estimator_gflop(config, frames)
-    if gflop is None:
+    cost = family.estimator_cost(config, tokens)
+    if cost is None:
         return None
+    frames, gflop = cost
     used = [r.get("threads") for r in results if "mean" in r]
     cores = max([t for t in used if t] or [os.cpu_count() or 1])
     flags, vendor = getattr(probe, "flags", ()), cpuinfo_field("vendor_id") or ""

@@ -695,13 +695,16 @@ def demo(ctx, model_dir, plan_path, backend, threads, out_dir, seed):
     click.echo(f"model: {synth_.model_dir} ({_describe(run)}, load {synth_.load_seconds:.1f} s)"
                + (" [SYNTHETIC random weights: expect noise]"
                   if is_synthetic(synth_.model_dir) else ""))
+    from cosyvino.measurement_voice import measurement_voice
+
     for lang, speaker, text in DEMO_SENTENCES:
-        if speaker not in synth_.speakers:
-            speaker = synth_.speakers[0]
+        # the sentence's speaker, else the model's first, else a stand-in prompt voice (a
+        # model may have no built-in speakers)
+        speaker = measurement_voice(synth_, speaker)
         audio = synth_.synthesize(text, speaker, seed=seed)
         path = os.path.join(out_dir, f"demo-{lang}.wav")
         audio.write(path)
-        click.echo(f"\n[{lang}] {speaker}: {text}")
+        click.echo(f"\n[{lang}] {getattr(speaker, 'name', speaker)}: {text}")
         click.echo(_stage_table(audio.stats))
         click.echo(f"wrote {path}: {_summary(audio.stats)}")
 

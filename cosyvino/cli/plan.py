@@ -43,7 +43,8 @@ def parse_bytes(text: str) -> int:
 @click.option("--tune-seconds", type=click.FloatRange(min=5), default=120.0,
               show_default=True, help="Time budget of --tune.")
 @click.option("--tune-tokens", type=click.IntRange(min=5), default=50, show_default=True,
-              help="Forced speech tokens per tuning run (50 = 1 s of audio).")
+              help="Forced speech tokens per tuning run (at the model's token rate: 50 = 1 s of "
+                   "CosyVoice v1 audio, 2 s of CosyVoice2/3).")
 @click.option("--emit", type=click.Choice(["k8s"]), default=None,
               help="Print Kubernetes manifests sized by the plan (ConfigMap, Deployment, "
                    "Service, PodDisruptionBudget, autoscaler; docs/deploy.md). Writes no "

@@ -83,5 +83,30 @@ def detect_family(model_dir) -> type[ModelFamily]:
     return classes[DEFAULT_FAMILY] if DEFAULT_FAMILY in classes else get_family(DEFAULT_FAMILY)
 
 
+def recognized_family(model_dir) -> str | None:
+    """The name of the registered family whose :meth:`ModelFamily.detect` accepts the
+    official dir ``model_dir``, or of a converted dir's manifest ``family``; None when none
+    does. Unlike :func:`detect_family` there is no fallback to the default family, so "no
+    model there yet" and "a model of family X" can be told apart. Never raises."""
+    try:
+        model_dir = os.fspath(model_dir)
+        if not os.path.isdir(model_dir):
+            return None
+        name = _manifest_family(model_dir)
+        classes = family_classes()
+        if name is not None:
+            return name if name in classes else None
+    except Exception:  # noqa: BLE001 - never raises
+        return None
+    for fam_name in sorted(classes, key=lambda n: (n == DEFAULT_FAMILY, n)):
+        try:
+            if classes[fam_name].detect(model_dir):
+                return fam_name
+        except Exception:  # noqa: BLE001 - a broken third-party detect must not hide others
+            continue
+    return None
+
+
 __all__ = ["DEFAULT_FAMILY", "ROLES", "GraphSpec", "GraphTable", "Mode", "ModelFamily", "StateSpec",
-           "TensorSpec", "detect_family", "family_classes", "get_family"]
+           "TensorSpec", "detect_family", "family_classes", "get_family",
+           "recognized_family"]

@@ -292,6 +292,10 @@ class ModelFamily(abc.ABC):
     #: dir carries as they are, when the source dir has them (v1: ``campplus.onnx``,
     #: ``speech_tokenizer_v1.onnx``); what :meth:`prompt_encoder` loads from a converted dir
     prompt_model_files: ClassVar[tuple[str, ...]] = ()
+    #: official checkpoints of the family on the model hubs: checkpoint name -> {hub:
+    #: repository id} (hubs: ``huggingface``, ``modelscope``), what ``cosyvino download NAME``
+    #: fetches; the ids of the upstream README's download section
+    download_ids: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     #: the lanes of the family's programs (:attr:`cosyvino.engine.program.Program.lanes`):
     #: steps of different lanes of one request may run at the same time on thread-safe stages
     #: whether the family's programs take text while they run (``SynthesisRequest
@@ -478,6 +482,22 @@ class ModelFamily(abc.ABC):
         (:class:`DecodeProfile`), for the planner's batch-size estimate
         (:mod:`cosyvino.planner.batching`); None = the family has no token decoder, the
         planner then does not batch."""
+        return None
+
+    @classmethod
+    def batch_limits(cls) -> dict[str, int]:
+        """What the family's stages can batch, whatever the backend: ``{"llm_batch": rows one
+        decode step of its stages advances, "estimator_batch": requests one estimator call
+        holds}``; a key absent = as the backend says (its ``Capabilities``). The planner caps
+        its ``llm_batch`` / ``estimator_batch`` decisions with it. Default: ``{}``."""
+        return {}
+
+    @classmethod
+    def estimator_cost(cls, config, tokens: int) -> "tuple[int, float] | None":
+        """``(mel frames, GFLOP)`` of one flow-estimator call (every batch row of it) on the mel
+        of ``tokens`` speech tokens, for ``cosyvino bench``'s achieved-rate rows; families count
+        it with ``torch.utils.flop_counter`` on their estimator built on the meta device (no
+        weights; imports torch). None: not offered, or torch is missing. Default: None."""
         return None
 
     @classmethod

@@ -96,8 +96,10 @@ def synthesizer_from_plan(cls, model_dir: str | None, plan: Plan):
     """``cls(model_dir, backend=plan.backend, **plan.backend_options, llm_batch=plan.llm_batch,
     estimator_batch=plan.estimator_batch)`` (each only when > 1); when the backend
     rejects an option (older/newer plugin), retries with ``num_threads`` only and warns."""
-    if model_dir is None and plan.model_dir and os.path.isfile(
-            os.path.join(plan.model_dir, "cosyvoice.yaml")):
+    from ..families import recognized_family
+
+    # the plan's dir when a family recognizes it (any family's official or converted dir)
+    if model_dir is None and plan.model_dir and recognized_family(plan.model_dir):
         model_dir = plan.model_dir
     opts = dict(plan.backend_options)
     if getattr(plan, "llm_batch", 1) > 1:

@@ -53,13 +53,10 @@ def device_views() -> dict[str, dict]:
     return out
 
 
-def _family_name(model_dir: str) -> str | None:
-    try:
-        from ..families import detect_family
+def _recognized_family(model_dir: str) -> str | None:
+    from ..families import recognized_family
 
-        return detect_family(model_dir).name
-    except Exception:  # no family recognizes it (yet): the backends report what they find
-        return None
+    return recognized_family(model_dir)
 
 
 def model_inventory(model_dir: str | None) -> dict:
@@ -68,19 +65,25 @@ def model_inventory(model_dir: str | None) -> dict:
     Returns the generic part {dir, exists[, converted_dir][, family]} plus one section per
     registered backend that finds something to say, under the backend's name
     (:meth:`cosyvino.backends.Backend.inventory`; e.g. ``openvino``: {present, dirs, bytes,
-    precisions, dir_precisions...}, ``torch``: {files, bytes}). ``exists`` says
-    ``cosyvoice.yaml`` is there, ``converted_dir`` that the dir is a converted one itself
-    (``manifest.json``), ``family`` the detected model family's name. Reference backends'
+    precisions, dir_precisions...}, ``torch``: {files, bytes}). ``exists`` says a
+    registered family recognizes the dir (:func:`cosyvino.families.recognized_family`: an
+    official dir by its own config file, e.g. ``cosyvoice2.yaml``; a converted dir by its
+    manifest's ``family``), ``converted_dir`` that
+    the dir is a converted one itself (``manifest.json``), ``family`` the model family's name
+    (absent when no family recognizes the dir: nothing there yet). Reference backends'
     sections come first. A backend whose ``inventory`` raises gets ``{"error": ...}``.
     """
     from ..plugins import backend_classes
 
     info: dict = {"dir": model_dir or "", "exists": False}
     if model_dir and os.path.isdir(model_dir):
-        info["exists"] = os.path.isfile(os.path.join(model_dir, "cosyvoice.yaml"))
-        if os.path.isfile(os.path.join(model_dir, "manifest.json")):
+        converted = os.path.isfile(os.path.join(model_dir, "manifest.json"))
+        if converted:
             info["converted_dir"] = True
-        family = _family_name(model_dir)
+        # a dir a registered family recognizes: an official dir by its own config file
+        # (whatever the family), a converted dir by its manifest's family
+        family = _recognized_family(model_dir)
+        info["exists"] = family is not None
         if family:
             info["family"] = family
     classes = backend_classes()

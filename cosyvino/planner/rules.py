@@ -612,7 +612,7 @@ def _keep_buffers(backend: str, caps: Capabilities, streams: int, mem: dict,
     return log.decide("keep_buffers", True, f"{_gib(with_extra)} of {_gib(budget)} with "
                       f"them: {backend} keeps every stage's intermediate buffers (~"
                       f"{_gib(extra)}) instead of freeing and re-allocating them at each stage "
-                      f"change (~36 per streamed 5 s request): {cost}")
+                      f"change (dozens per streamed request): {cost}")
 
 
 def _overlap_stages(backend: str, caps: Capabilities, tps: int, log: _Log) -> bool:
@@ -648,7 +648,7 @@ def _first_chunk_hold(goal: str, log: _Log) -> bool:
 
 def _llm_batch(probe: Probe, backend: str, caps: Capabilities, goal: str, streams: int,
                tps: int, prec: dict, model_dir: str | None, tuned: dict | None,
-               override: int | None, log: _Log) -> int:
+               override: int | None, log: _Log, family_why: str = "") -> int:
     """Decode rows one batched LLM step advances per stream (:mod:`.batching`)."""
     from .batching import choose_llm_batch, estimate_step_cost, fit_step_cost
 
@@ -656,10 +656,13 @@ def _llm_batch(probe: Probe, backend: str, caps: Capabilities, goal: str, stream
         if override < 1:
             raise PlanError(f"--llm-batch must be >= 1, got {override}")
         if override > 1 and caps.max_llm_batch < override:
-            log.warnings.append(f"--llm-batch {override}: {backend} batches at most "
-                                f"{caps.max_llm_batch} rows; the scheduler caps it there")
+            who = family_why or f"{backend} batches at most {caps.max_llm_batch} rows"
+            log.warnings.append(f"--llm-batch {override}: {who}; the scheduler caps it there")
         return log.decide("llm_batch", override, "set by --llm-batch (override)")
     if caps.max_llm_batch <= 1:
+        if family_why:
+            return log.decide("llm_batch", 1, f"{family_why}: each request's step reads the "
+                              "weights itself")
         return log.decide("llm_batch", 1, f"{backend} cannot batch decode steps (max_llm_batch "
                           "1): each request's step reads the weights itself")
     profile, src = _decode_profile(model_dir)
@@ -690,7 +693,8 @@ ESTIMATOR_BATCH_MIN_GAIN = 0.95
 
 
 def _estimator_batch(backend: str, caps: Capabilities, streams: int, max_sessions: int,
-                     override: int | None, tuned: dict | None, log: _Log) -> int:
+                     override: int | None, tuned: dict | None, log: _Log,
+                     family_why: str = "") -> int:
     """Concurrent requests whose equal-shape estimator calls run as one call
     (:class:`cosyvino.engine.rendezvous.CallRendezvous`)."""
     per_stream = max_sessions // max(1, streams)
@@ -700,7 +704,9 @@ def _estimator_batch(backend: str, caps: Capabilities, streams: int, max_session
         n, why = override, "set by --estimator-batch (override)"
         if n > 1 and caps.max_estimator_batch < n:
             n = max(1, caps.max_estimator_batch)
-            why += f", capped at {n}: {backend} takes at most {n} request(s) per estimator call"
+            why += (f", capped at {n}: {family_why}" if family_why else
+                    f", capped at {n}: {backend} takes at most {n} request(s) per estimator "
+                    "call")
         if n > 1 and per_stream < n:
             log.warnings.append(f"--estimator-batch {n}: only {per_stream} session(s) per stream "
                                 f"({max_sessions} on {streams} stream(s)), so at most "
@@ -708,8 +714,8 @@ def _estimator_batch(backend: str, caps: Capabilities, streams: int, max_session
                                 + ("; it has no effect" if per_stream < 2 else ""))
         return log.decide("estimator_batch", n, why)
     if caps.max_estimator_batch <= 1:
-        return log.decide("estimator_batch", 1, f"{backend} takes one request per estimator "
-                          "call (max_estimator_batch 1)")
+        return log.decide("estimator_batch", 1, family_why or f"{backend} takes one request "
+                          "per estimator call (max_estimator_batch 1)")
     if per_stream < 2:
         return log.decide("estimator_batch", 1, f"{max_sessions} session(s) on {streams} "
                           "stream(s): no two requests share a stream's cores, nothing to batch")
@@ -734,6 +740,43 @@ def _estimator_batch(backend: str, caps: Capabilities, streams: int, max_session
         "in the load test on an AVX-512 Zen 4 (INT8): not measured on this machine, "
         "`cosyvino plan --tune` measures it; a lone request never waits (docs/performance.md, "
         "'Batched estimator calls across requests')")
+
+
+def _family_limits(probe: Probe, model_dir: str | None) -> tuple[str | None, dict]:
+    """(family name or None, its :meth:`~cosyvino.families.base.ModelFamily.batch_limits`):
+    the family the inventory recorded, else the one that recognizes ``model_dir``; ``{}``
+    when none is known (the backend's capabilities decide)."""
+    from ..families import family_classes, recognized_family
+
+    name = (probe.model or {}).get("family") or (recognized_family(model_dir)
+                                                 if model_dir else None)
+    cls = family_classes().get(name) if name else None
+    if cls is None:
+        return name, {}
+    try:
+        limits = dict(cls.batch_limits() or {})
+    except Exception:  # noqa: BLE001 - a family's self-description must not break planning
+        limits = {}
+    return name, {k: int(v) for k, v in limits.items() if isinstance(v, int) and v >= 1}
+
+
+def _family_capped(caps: Capabilities, family: str | None, limits: dict
+                   ) -> tuple[Capabilities, dict[str, str]]:
+    """``caps`` with ``max_llm_batch`` / ``max_estimator_batch`` lowered to the family's
+    limits, and {decision: the reason clause} for each limit that lowered one."""
+    why: dict[str, str] = {}
+    changes = {}
+    for key, field in (("llm_batch", "max_llm_batch"), ("estimator_batch",
+                                                         "max_estimator_batch")):
+        lim = limits.get(key)
+        if lim is not None and lim < getattr(caps, field):
+            changes[field] = lim
+            what = ("decode one request's row per step" if key == "llm_batch"
+                    else "take one request per estimator call")
+            why[key] = (f"the {family} stages {what} on every backend ({field} {lim})"
+                        if lim == 1 else f"the {family} stages batch at most {lim} "
+                        f"({field})")
+    return (dataclasses.replace(caps, **changes) if changes else caps), why
 
 
 def _decode_profile(model_dir: str | None):
@@ -872,8 +915,11 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
     prec = _precision(probe, be, cap, tuned, precision, log)
     _quantized_accuracy(probe, _served_dir(probe, cap), prec, log)
 
+    # the family's stages may batch less than the backend could (CosyVoice2/3: one row)
+    family, limits = _family_limits(probe, inv_dir)
+    cap, family_why = _family_capped(cap, family, limits)
     batch = _llm_batch(probe, be, cap, goal, n_streams, tps, prec, inv_dir, tuned, llm_batch,
-                       log)
+                       log, family_why.get("llm_batch", ""))
     if sessions is not None:
         max_sessions = log.decide("max_sessions", sessions, "set by --sessions (override)")
     elif batch > 1:
@@ -901,7 +947,8 @@ def make_plan(probe: Probe, model_dir: str | None = None, goal: str = "latency",
                "after its own prefill and leaves at its end, so no step waits for company "
                "(a window would add its wait to every token of a lone request)"
                if batch > 1 else "no batching")
-    est_batch = _estimator_batch(be, cap, n_streams, max_sessions, estimator_batch, tuned, log)
+    est_batch = _estimator_batch(be, cap, n_streams, max_sessions, estimator_batch, tuned, log,
+                                 family_why.get("estimator_batch", ""))
     if queue is not None:
         queue_size = log.decide("queue_size", queue, "set by --queue (override)")
     else:

@@ -25,11 +25,12 @@ import statistics
 import time
 from typing import Callable
 
+from ..measurement_voice import measurement_voice
 from .planfile import Plan
 from .topology import Probe
 
 TUNE_TEXT = "Hello, this is a short tuning sentence."
-DEFAULT_TOKENS = 50          # 1 s of audio per run
+DEFAULT_TOKENS = 50          # per run: 1 s of audio at 50 tokens/s, 2 s at 25 (the family's rate)
 MAX_CANDIDATES = 6
 
 
@@ -185,7 +186,8 @@ def _measure(synthesizer, cand: dict, model_dir: str | None, tokens: int, deadli
     synth = synthesizer(model_dir, backend=cand["backend"], **cand["options"])
     try:
         res["load_s"] = round(time.perf_counter() - t0, 3)
-        speaker = synth.speakers[0]
+        # a built-in speaker, else a stand-in prompt voice, not stored (a model may have none)
+        speaker = measurement_voice(synth)
         synth.synthesize(TUNE_TEXT, speaker, seed=0, num_speech_tokens=max(5, tokens // 2))
         walls, audio_s = [], 0.0
         start = time.perf_counter()

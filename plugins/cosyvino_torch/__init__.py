@@ -66,9 +66,14 @@ class TorchBackend(Backend):
             if missing:
                 return Capabilities(ready=False, reason=f"no {', '.join(missing)} in "
                                     f"{model_dir} ({other.name} checkpoint)")
+            # resident memory ~ the family's .pt checkpoint files (fp32 weights)
+            weights = [f for f in other.source_files(model_dir) if f.endswith(".pt")]
+            size = sum(os.path.getsize(os.path.join(model_dir, f)) for f in weights)
             return Capabilities(ready=True, thread_safe=True, precisions=("fp32",),
                                 reason=f"PyTorch checkpoint of {other.name} in {model_dir} "
-                                "(generic graph runner)")
+                                "(generic graph runner)",
+                                resident_bytes=size or None,
+                                resident_basis=" + ".join(weights) + f" of {other.name}")
         inv = cls.inventory_of(model_dir, probe)
         model = getattr(probe, "model", None) or {}
         described = bool(model) and model.get("dir", "") == (model_dir or "")

@@ -29,6 +29,15 @@ class CosyVoice1(ModelFamily):
     config_files = ("cosyvoice.yaml",)
     lanes = ("llm", "audio")  # the LLM and the flow/vocoder hops (program.py)
     quantizable = True  # cosyvino quantize: its own OpenVINO stages, recorded by capture.py
+    # github.com/FunAudioLLM/CosyVoice README, "Model download" (snapshot_download calls)
+    download_ids = {
+        "CosyVoice-300M": {"huggingface": "FunAudioLLM/CosyVoice-300M",
+                           "modelscope": "iic/CosyVoice-300M"},
+        "CosyVoice-300M-SFT": {"huggingface": "FunAudioLLM/CosyVoice-300M-SFT",
+                               "modelscope": "iic/CosyVoice-300M-SFT"},
+        "CosyVoice-300M-Instruct": {"huggingface": "FunAudioLLM/CosyVoice-300M-Instruct",
+                                    "modelscope": "iic/CosyVoice-300M-Instruct"},
+    }
 
     @classmethod
     def detect(cls, model_dir: str) -> bool:
@@ -139,6 +148,17 @@ class CosyVoice1(ModelFamily):
             + config.llm.llm_output_size * (config.llm.speech_token_size + 1)
         return DecodeProfile(params=int(params), kv_bytes_per_position=2 * layers * d * 4,
                              typical_positions=TYPICAL_DECODE_POSITIONS)
+
+    @classmethod
+    def estimator_cost(cls, config, tokens: int):
+        """Frames of ``tokens`` tokens at v1's length regulation and the FLOP of one batch-2
+        ConditionalDecoder call on them (:func:`.flops.estimator_gflop`)."""
+        from .flops import estimator_gflop
+        from .length_regulation import mel_frames_for_tokens
+
+        frames = mel_frames_for_tokens(tokens)
+        gflop = estimator_gflop(config, frames)
+        return None if gflop is None else (frames, gflop)
 
     @classmethod
     def pipeline(cls, stages):

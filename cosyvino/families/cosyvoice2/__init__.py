@@ -28,6 +28,10 @@ class CosyVoice2(SpeechLMFamily):
     config_files = ("cosyvoice2.yaml",)
     title = "CosyVoice2"
     source_file_names = SOURCE_FILES
+    # github.com/FunAudioLLM/CosyVoice README (2026-03, commit ace7c47), "Model download":
+    # snapshot_download('iic/CosyVoice2-0.5B') on ModelScope, 'FunAudioLLM/CosyVoice2-0.5B' on HF
+    download_ids = {"CosyVoice2-0.5B": {"huggingface": "FunAudioLLM/CosyVoice2-0.5B",
+                                        "modelscope": "iic/CosyVoice2-0.5B"}}
     prompt_model_files = PROMPT_MODEL_FILES
     head_bias = True
     quantizable = True  # cosyvino quantize: graph-runner stages, recorded at the runner
@@ -63,6 +67,16 @@ class CosyVoice2(SpeechLMFamily):
         from .torch.model import load_torch_model
 
         return load_torch_model(model_dir)
+
+    @classmethod
+    def estimator_cost(cls, config, tokens: int):
+        """``token_mel_ratio`` (2) frames per token, and the FLOP of one batch-2 causal U-Net
+        call on them with full attention (:mod:`.flops`)."""
+        from .flops import estimator_gflop
+
+        frames = int(tokens) * config.flow.token_mel_ratio
+        gflop = estimator_gflop(config.flow, frames)
+        return None if gflop is None else (frames, gflop)
 
     @classmethod
     def export_graph(cls, model, spec, *, state_in_graph: bool = False):

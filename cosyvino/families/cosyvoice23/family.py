@@ -36,6 +36,13 @@ class SpeechLMFamily(ModelFamily):
     head_bias: ClassVar[bool] = True
 
     @classmethod
+    def batch_limits(cls) -> dict[str, int]:
+        """One row per decode step (the stages' ``max_llm_batch`` 1: each request's
+        :class:`LLMSession` steps alone) and one request per estimator call (no
+        :meth:`batchable_stages`), on every backend."""
+        return {"llm_batch": 1, "estimator_batch": 1}
+
+    @classmethod
     def detect(cls, model_dir: str) -> bool:
         """An official dir whose first yaml in the official order is the family's."""
         try:

@@ -27,6 +27,11 @@ class CosyVoice3(SpeechLMFamily):
     config_files = ("cosyvoice3.yaml",)
     title = "CosyVoice3"
     source_file_names = SOURCE_FILES
+    # github.com/FunAudioLLM/CosyVoice README (2026-03, commit ace7c47), "Model download": the
+    # same id on both hubs, snapshot_download('FunAudioLLM/Fun-CosyVoice3-0.5B-2512')
+    download_ids = {"Fun-CosyVoice3-0.5B-2512": {
+        "huggingface": "FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
+        "modelscope": "FunAudioLLM/Fun-CosyVoice3-0.5B-2512"}}
     prompt_model_files = ("campplus.onnx", "speech_tokenizer_v3.onnx")
     head_bias = False  # llm_decoder Linear(896, 6761, bias=False), sheet v3 §4.1
 
