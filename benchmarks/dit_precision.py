@@ -73,7 +73,8 @@ def make_inputs(flow, frames: int, t: float, rng) -> list[np.ndarray]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model-dir", required=True, help="a CosyVoice3 dir (cosyvoice3.yaml, flow.pt)")
+    ap.add_argument("--model-dir", required=True,
+                    help="a CosyVoice3 dir (cosyvoice3.yaml, flow.pt)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--frames", default="56,250,500", help="mel frames per call (comma list)")
     ap.add_argument("--calls", type=int, default=5, help="timed calls per precision and size")
@@ -141,7 +142,8 @@ def main(argv=None) -> int:
                     good = out[~bad].astype(np.float64)
                     d = good - r[~bad]
                     err[p][1] = max(err[p][1], float(np.max(np.abs(d))) if d.size else np.inf)
-                    err[p][2].append(float(np.sqrt(np.mean(d ** 2) / np.mean(r.astype(np.float64) ** 2))))
+                    power = np.mean(r.astype(np.float64) ** 2)
+                    err[p][2].append(float(np.sqrt(np.mean(d ** 2) / power)))
             times = {p: [] for p in precisions}
             feed = dict(zip((t.name for t in spec.inputs), cases[1]))
             reqs = {p: compiled[p].create_infer_request() for p in precisions}

@@ -62,7 +62,8 @@ def write_prompt_speech(path: str, embedding: np.ndarray, *, tokens: int = 25,
     w.close()
 
 
-def ours(model_dir: str, backend: str, threads: int, seed: int, options: dict) -> dict:
+def ours(model_dir: str, backend: str, threads: int, seed: int, options: dict,
+         tokens: int | None = None) -> dict:
     from cosyvino import Synthesizer
 
     t0 = time.perf_counter()
@@ -72,7 +73,7 @@ def ours(model_dir: str, backend: str, threads: int, seed: int, options: dict) -
     try:
         speaker = tts.speakers[0]
         tts.synthesize("Warm up.", speaker, seed=seed)
-        audio = tts.synthesize(TEXT, speaker, seed=seed)
+        audio = tts.synthesize(TEXT, speaker, seed=seed, num_speech_tokens=tokens)
         st = audio.stats["stages"]
 
         def ms(name):
@@ -82,7 +83,8 @@ def ours(model_dir: str, backend: str, threads: int, seed: int, options: dict) -
         t0 = time.perf_counter()
         first = None
         streamed = 0.0
-        for chunk in tts.stream(TEXT, speaker, seed=seed, hop_schedule="latency"):
+        for chunk in tts.stream(TEXT, speaker, seed=seed, hop_schedule="latency",
+                                num_speech_tokens=tokens):
             if first is None:
                 first = time.perf_counter() - t0
             streamed += chunk.samples.size / chunk.sample_rate
@@ -123,6 +125,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--tokens", type=int, default=None,
+                    help="force this many speech tokens in our runs (the peer samples its own)")
     args = ap.parse_args(argv)
 
     from cosyvino.bench_extras import cpu_summary
@@ -130,10 +134,11 @@ def main(argv=None) -> int:
     print(f"CPU: {cpu_summary()}; threads {args.threads}; load average {os.getloadavg()}")
     rows = {}
     if not args.skip_torch:
-        rows["cosyvino torch (fp32)"] = ours(args.model_dir, "torch", args.threads, args.seed, {})
+        rows["cosyvino torch (fp32)"] = ours(args.model_dir, "torch", args.threads, args.seed, {},
+                                               args.tokens)
     if args.ov_dir:
         rows["cosyvino OpenVINO (f32 IRs, plan defaults)"] = ours(
-            args.ov_dir, "openvino", args.threads, args.seed, {})
+            args.ov_dir, "openvino", args.threads, args.seed, {}, args.tokens)
     peer_row = None
     if args.peer_bin:
         from cosyvino.families.cosyvoice23.speakers import load_spk2info
