@@ -724,12 +724,12 @@ def speakers(model_dir, as_json):
 
 def synthetic_family(family: str | None, preset: str):
     """The registered family that makes ``preset`` (``--family`` when given; else the one
-    whose :meth:`~cosyvino.families.ModelFamily.presets` include it, the default family
-    first when several do, e.g. ``tiny``).
+    whose :meth:`~cosyvino.families.ModelFamily.presets` include it; when several do, the
+    default family (``tiny``), else the first by name (``0.5b``: CosyVoice2)).
 
     Raises:
         ModelDirError: ``family`` is not registered.
-        InputError: the family has no such preset, or no / several families have it (the
+        InputError: the family has no such preset, or no family has it (the
             message lists each family's presets).
     """
     from cosyvino import families
@@ -748,9 +748,8 @@ def synthetic_family(family: str | None, preset: str):
         raise InputError(f"unknown preset {preset!r}; presets: {listing or 'none'}")
     if families.DEFAULT_FAMILY in having:
         return classes[families.DEFAULT_FAMILY]
-    if len(having) > 1:
-        raise InputError(f"preset {preset!r} exists in families {', '.join(having)}; choose "
-                         "one with --family")
+    # else the first by name: a preset name a newer family reuses keeps meaning what it
+    # meant (``0.5b`` without --family stays CosyVoice2, CosyVoice3 needs --family)
     return classes[having[0]]
 
 

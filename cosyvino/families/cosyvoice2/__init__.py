@@ -18,9 +18,9 @@ SOURCE_FILES = ("cosyvoice2.yaml", "CosyVoice-BlankEN/config.json", "llm.pt", "f
 
 class CosyVoice2(SpeechLMFamily):
     """CosyVoice2-0.5B: Qwen2 speech LM -> causal flow matching (fixed noise) -> 24 kHz HiFT.
-    Detection, speakers, decode profile, modes and the prompt-encoder choice:
-    :class:`~cosyvino.families.cosyvoice23.family.SpeechLMFamily`; here the v2 prompt encoder,
-    the synthetic presets and the OpenVINO layout of the LLM step."""
+    Detection, speakers, decode profile, modes, the prompt-encoder choice and the OpenVINO
+    layout of the LLM step: :class:`~cosyvino.families.cosyvoice23.family.SpeechLMFamily`;
+    here the v2 prompt encoder and the synthetic presets."""
 
     name = "cosyvoice2"
     text_in = True  # bistream text input (sheet v2 §4.6, families/cosyvoice23/text_in_program.py)
@@ -77,40 +77,6 @@ class CosyVoice2(SpeechLMFamily):
         frames = int(tokens) * config.flow.token_mel_ratio
         gflop = estimator_gflop(config.flow, frames)
         return None if gflop is None else (frames, gflop)
-
-    @classmethod
-    def export_graph(cls, model, spec, *, state_in_graph: bool = False):
-        """With the state in the graph (the OpenVINO exporter) the stateful ``llm`` has one
-        cache state per layer and K/V (:func:`.graphs.layer_state_spec`,
-        :class:`.torch.llm.LayerCacheStep`); every other graph, and every graph of an exporter
-        that feeds the state back (ONNX), is the table's own module."""
-        if state_in_graph and spec.state:
-            from .graphs import layer_state_spec
-            from .torch.llm import LayerCacheStep
-
-            return layer_state_spec(spec), LayerCacheStep(model.llm)
-        return super().export_graph(model, spec, state_in_graph=state_in_graph)
-
-    @classmethod
-    def export_layout(cls, *, state_in_graph: bool = False) -> dict:
-        """With the state in the graph (OpenVINO): :data:`.graphs.OPENVINO_LLM_LAYOUT`."""
-        if state_in_graph:
-            from .graphs import OPENVINO_LLM_LAYOUT
-
-            return dict(OPENVINO_LLM_LAYOUT)
-        return {}
-
-    @classmethod
-    def manifest_fields(cls, model, *, stateful: bool, llm_layout: dict | None = None) -> dict:
-        """For a stateful (OpenVINO) conversion, ``llm``: the cache layout (``layers``,
-        ``kv_heads``, ``head_dim``), ``stateful`` and the exporter's ``llm_layout``; none for
-        a conversion that feeds the state back (ONNX)."""
-        if not stateful:
-            return {}
-        q = model.config.llm.qwen
-        return {"llm": {"layers": q.num_hidden_layers, "kv_heads": q.num_key_value_heads,
-                        "head_dim": q.attention_head_dim, "stateful": True,
-                        **(llm_layout or {})}}
 
     @classmethod
     def write_serving_files(cls, model, model_dir: str, out_dir: str) -> list[str]:

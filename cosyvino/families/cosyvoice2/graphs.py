@@ -15,17 +15,17 @@ file serves streaming and whole-segment calls.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from ..base import GraphSpec, GraphTable, StateSpec, TensorSpec
+from ..base import GraphSpec, GraphTable
 from ..cosyvoice23.graph_specs import (
-    F32,
     FULL_ATTENTION,
+    OPENVINO_LLM_LAYOUT,
     PAST_K,
     PAST_V,
     PRESENT_K,
     PRESENT_V,
     ValuedGraphSpec,
+    layer_key_names,
+    layer_state_spec,
     speech_lm_graphs,
 )
 from ..cosyvoice23.graph_specs import f0_hz as _f0_hz
@@ -128,45 +128,6 @@ def graph_table(config) -> GraphTable:
                     doc="HiFT decode to the 24 kHz waveform, clipped to ±0.99",
                     role="hift_decode"),
     ])
-
-
-#: the OpenVINO export's LLM layout (manifest ``llm`` fields, compared by ``cosyvino convert``):
-#: one state per layer and K/V (:func:`layer_state_spec`); RoPE positions from the cache length
-#: inside the graph (no positional inputs)
-OPENVINO_LLM_LAYOUT = {"state": "per_layer", "positional": "rope_in_graph"}
-
-
-def layer_key_names(layers: int) -> list[tuple[str, str, str, str]]:
-    """Per layer ``(past key, past value, present key, present value)`` tensor names (the
-    stateful LLM convention OpenVINO's tools and v1's step use)."""
-    return [(f"past_key_values.{i}.key", f"past_key_values.{i}.value", f"present.{i}.key",
-             f"present.{i}.value") for i in range(layers)]
-
-
-def layer_state_spec(spec: GraphSpec) -> GraphSpec:
-    """The ``llm`` entry ``spec`` with its stacked caches (``past_k`` / ``past_v`` ``[L, B, KH,
-    P, hd]``) split into one tensor per layer and K/V (``past_key_values.{i}.key`` ...
-    ``[B, KH, P, hd]``, :func:`layer_key_names`), in the order ``k0, v0, k1, v1, ...``; the
-    data inputs and outputs are the entry's. The module of this layout is
-    :class:`~.torch.llm.LayerCacheStep`.
-
-    Raises ValueError: ``spec`` has not the two stacked states of the table's ``llm``."""
-    by_input = {s.input: s for s in spec.state}
-    if set(by_input) != {PAST_K, PAST_V}:
-        raise ValueError(f"graph {spec.name!r}: expected the states {PAST_K}, {PAST_V}")
-    stacked = {t.name: t for t in (*spec.inputs, *spec.outputs)}
-    layers = by_input[PAST_K].init_shape[0]
-    past_shape = stacked[PAST_K].shape[1:]
-    present_shape = stacked[PRESENT_K].shape[1:]
-    init = by_input[PAST_K].init_shape[1:]
-    axis = by_input[PAST_K].axis - 1
-    ins, outs, states = [], [], []
-    for pk, pv, qk, qv in layer_key_names(layers):
-        ins += [TensorSpec(pk, F32, past_shape), TensorSpec(pv, F32, past_shape)]
-        outs += [TensorSpec(qk, F32, present_shape), TensorSpec(qv, F32, present_shape)]
-        states += [StateSpec(pk, qk, init, axis=axis), StateSpec(pv, qv, init, axis=axis)]
-    return replace(spec, inputs=(*spec.data_inputs, *ins), outputs=(*spec.data_outputs, *outs),
-                   state=tuple(states))
 
 
 __all__ = ["FULL_ATTENTION", "GRAPH_NAMES", "OPENVINO_LLM_LAYOUT", "PAST_K", "PAST_V",

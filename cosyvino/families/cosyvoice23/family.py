@@ -1,7 +1,8 @@
 """What the CosyVoice2 and CosyVoice3 model families do alike (:class:`SpeechLMFamily`): official
 dir detection by the family's yaml, the ``spk2info.pt`` speakers, the speech-LM decode profile,
-the modes (:mod:`.modes`) and the choice of prompt encoder (the family's own when the dir has its
-prompt models, else the stand-in that refuses recordings). Each family sets its names and files
+the modes (:mod:`.modes`), the choice of prompt encoder (the family's own when the dir has its
+prompt models, else the stand-in that refuses recordings) and the OpenVINO layout of the
+stateful LLM step (one KV state per layer). Each family sets its names and files
 and builds its own config, torch model, graph table, stages and program. Must not import torch.
 """
 
@@ -92,6 +93,41 @@ class SpeechLMFamily(ModelFamily):
         return DecodeProfile(params=int(params),
                              kv_bytes_per_position=2 * q.num_hidden_layers * kv * 4,
                              typical_positions=TYPICAL_DECODE_POSITIONS)
+
+    @classmethod
+    def export_graph(cls, model, spec, *, state_in_graph: bool = False):
+        """With the state in the graph (the OpenVINO exporter) the stateful ``llm`` has one
+        cache state per layer and K/V (:func:`.graph_specs.layer_state_spec`,
+        :class:`.torch.speech_lm.LayerCacheStep`; the same Qwen2 step in v2 and v3); every
+        other graph, and every graph of an exporter that feeds the state back (ONNX), is the
+        table's own module. Imports torch (the module)."""
+        if state_in_graph and spec.state:
+            from .graph_specs import layer_state_spec
+            from .torch.speech_lm import LayerCacheStep
+
+            return layer_state_spec(spec), LayerCacheStep(model.llm)
+        return super().export_graph(model, spec, state_in_graph=state_in_graph)
+
+    @classmethod
+    def export_layout(cls, *, state_in_graph: bool = False) -> dict:
+        """With the state in the graph (OpenVINO): :data:`.graph_specs.OPENVINO_LLM_LAYOUT`."""
+        if state_in_graph:
+            from .graph_specs import OPENVINO_LLM_LAYOUT
+
+            return dict(OPENVINO_LLM_LAYOUT)
+        return {}
+
+    @classmethod
+    def manifest_fields(cls, model, *, stateful: bool, llm_layout: dict | None = None) -> dict:
+        """For a stateful (OpenVINO) conversion, ``llm``: the cache layout (``layers``,
+        ``kv_heads``, ``head_dim``), ``stateful`` and the exporter's ``llm_layout``; none for
+        a conversion that feeds the state back (ONNX)."""
+        if not stateful:
+            return {}
+        q = model.config.llm.qwen
+        return {"llm": {"layers": q.num_hidden_layers, "kv_heads": q.num_key_value_heads,
+                        "head_dim": q.attention_head_dim, "stateful": True,
+                        **(llm_layout or {})}}
 
     @classmethod
     def modes_for(cls, model_dir, stages) -> dict:

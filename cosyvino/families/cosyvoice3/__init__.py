@@ -36,6 +36,20 @@ class CosyVoice3(SpeechLMFamily):
     head_bias = False  # llm_decoder Linear(896, 6761, bias=False), sheet v3 §4.1
 
     @classmethod
+    def presets(cls) -> tuple[str, ...]:
+        """``tiny`` and ``0.5b`` (:mod:`.presets`)."""
+        from .presets import PRESETS
+
+        return tuple(PRESETS)
+
+    @classmethod
+    def make_synthetic(cls, preset: str, out_dir: str, **kwargs) -> str:
+        """:func:`.synthetic.make_model` (imports torch)."""
+        from .synthetic import make_model
+
+        return make_model(preset, out_dir, **kwargs)
+
+    @classmethod
     def read_config(cls, model_dir: str):
         from .model_config import read_model_config
 

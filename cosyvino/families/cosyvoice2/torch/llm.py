@@ -20,7 +20,7 @@ from torch import nn
 from cosyvino.families.cosyvoice2.config import CosyVoice2LLMConfig, read_cosyvoice2_config
 from cosyvino.families.cosyvoice2.llm_checkpoint import load_llm_state_dict
 from cosyvino.families.cosyvoice23.torch.qwen2 import Qwen2Model
-from cosyvino.families.cosyvoice23.torch.speech_lm import SpeechLMBase
+from cosyvino.families.cosyvoice23.torch.speech_lm import LayerCacheStep, SpeechLMBase
 
 Tensor = torch.Tensor
 
@@ -63,20 +63,4 @@ def load_cosyvoice2_lm(model_dir: str | os.PathLike,
     return model.eval()
 
 
-class LayerCacheStep(nn.Module):
-    """:meth:`CosyVoice2LM.forward` with one K and one V cache tensor per layer: ``(inputs_embeds
-    [B, T, D], past_key_values.0.key, past_key_values.0.value, ...) -> (logp [B, V3],
-    present.0.key, present.0.value, ...)``, each cache ``[B, kv_heads, P, head_dim]`` (``P + T``
-    out). The layout of :func:`cosyvino.families.cosyvoice2.graphs.layer_state_spec`: what the
-    OpenVINO exporter makes stateful, one state per layer and K/V, so the CPU plugin's
-    stateful attention keeps each in its own preallocated cache (as v1's step)."""
-
-    def __init__(self, lm: CosyVoice2LM):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, inputs_embeds: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
-        pasts = list(zip(past[0::2], past[1::2]))
-        h, presents = self.lm.qwen.forward_layers(inputs_embeds, pasts)
-        logp = torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)
-        return (logp, *(t for kv in presents for t in kv))
+__all__ = ["CosyVoice2LM", "LayerCacheStep", "load_cosyvoice2_lm"]

@@ -92,3 +92,23 @@ class SpeechLMBase(nn.Module):
     def empty_cache(self, batch: int = 1) -> tuple[Tensor, Tensor]:
         """Empty ``(past_k, past_v)`` for :meth:`forward`."""
         return self.qwen.empty_cache(batch)
+
+
+class LayerCacheStep(nn.Module):
+    """:meth:`SpeechLMBase.forward` with one K and one V cache tensor per layer: ``(inputs_embeds
+    [B, T, D], past_key_values.0.key, past_key_values.0.value, ...) -> (logp [B, V],
+    present.0.key, present.0.value, ...)``, each cache ``[B, kv_heads, P, head_dim]`` (``P + T``
+    out). The layout of :func:`cosyvino.families.cosyvoice23.graph_specs.layer_state_spec`: what
+    the OpenVINO exporter makes stateful, one state per layer and K/V, so the CPU plugin's
+    stateful attention keeps each in its own preallocated cache (as v1's step). The same step
+    for CosyVoice2 and CosyVoice3 (V = 6564 / 6761)."""
+
+    def __init__(self, lm: SpeechLMBase):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, inputs_embeds: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
+        pasts = list(zip(past[0::2], past[1::2]))
+        h, presents = self.lm.qwen.forward_layers(inputs_embeds, pasts)
+        logp = torch.log_softmax(self.lm.llm_decoder(h[:, -1]), dim=-1)
+        return (logp, *(t for kv in presents for t in kv))

@@ -115,7 +115,9 @@ class DecodeGraph(nn.Module):
     def forward(self, mel: Tensor, context: Tensor, source: Tensor) -> Tensor:
         st = self.stage
         n = mel.shape[-1]
-        s_stft = st._stft(source).narrow(-1, 0, st.stft_frames_per_frame * n + 1)
+        # a slice, not ``narrow``: OpenVINO's TorchScript frontend makes narrow's traced length
+        # a rank-0 Slice stop, which its shape inference rejects
+        s_stft = st._stft(source)[..., :st.stft_frames_per_frame * n + 1]
         wav = st.generate(st.conv_pre(mel, context), s_stft)
         return torch.clamp(wav, -st.audio_limit, st.audio_limit)
 
