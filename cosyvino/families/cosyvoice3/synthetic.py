@@ -10,7 +10,8 @@ format, :mod:`.yaml_writer`), ``llm.pt`` (the tied text table under both
 ``{"embedding": [1, 192]}``) and ``CosyVoice-BlankEN/`` (config.json + the shipped Qwen2
 tokenizer files). Key sets, order and shapes are the reference manifest's (tested). No prompt
 models are written: cosyvino does not run the v3 ones yet (recordings are refused). Written
-atomically (temp dir + rename).
+atomically (temp dir + rename); the file sequence and the pieces shared with v2 are in
+:mod:`cosyvino.families.cosyvoice23.synthetic`.
 
 The v3 speech head has no bias and HEAD's decoding lets a stop id through from the first
 step (:mod:`.decoding`), so the v2 trick (an EOS bias, EOS masked until min_len) is
@@ -25,22 +26,14 @@ Imports torch (lazily).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 
-from cosyvino.errors import InputError, ModelDirError
-from cosyvino.families.cosyvoice1.synthetic import SFT_SPEAKERS
-from cosyvino.families.cosyvoice1.weight_norm import SPELLINGS
-from cosyvino.families.cosyvoice2.synthetic import (
-    _bias_before_pair,
-    _save,
-    write_qwen_dir,
-)
+from cosyvino.families import synthetic_dir
 from cosyvino.families.cosyvoice3.config import YAML_NAME, CosyVoice3LLMConfig
 from cosyvino.families.cosyvoice3.presets import PRESETS, CosyVoice3Preset
 from cosyvino.families.cosyvoice3.yaml_writer import render_cosyvoice3_yaml
-from cosyvino.fileutil import replace_dir
+from cosyvino.families.cosyvoice23 import synthetic as shared
+from cosyvino.families.cosyvoice23.synthetic import DTYPES, write_qwen_dir
 
 #: per-step probability of EOS (mean utterance ~100 tokens, 4 s at 25 Hz; v3 decoding lets it
 #: through from the first step, so v1/v2's 0.03 would give ~1.3 s)
@@ -51,7 +44,6 @@ _EOS_MARGIN = 40.0
 _OTHER_STOP_LOGIT = -30.0
 #: the constant the residual stream carries in its last feature (about the rms of the rest)
 _CARRIER_SCALE = 1.0
-DTYPES = ("float32", "float16")
 
 README = """This directory holds a SYNTHETIC CosyVoice3 ({preset}) checkpoint made by
 `cosyvino make-model --family cosyvoice3`: random weights in the official file layout. It
@@ -84,42 +76,21 @@ def build_modules(preset: CosyVoice3Preset, device: str = "cpu"):
 
 
 def official_llm_state_dict(llm, cfg: CosyVoice3LLMConfig) -> dict:
-    """``llm.pt`` content of our :class:`~.torch.llm.CosyVoice3LM`: ``qwen.X`` ->
-    ``llm.model.model.X``; the text table also as ``llm.model.lm_head.weight`` (the SAME
-    tensor, as the tied official module saves it); official key order.
+    """``llm.pt`` content of our :class:`~.torch.llm.CosyVoice3LM` in the official key order
+    (:func:`cosyvino.families.cosyvoice23.synthetic.official_llm_state_dict`).
 
     Raises ValueError: the module has a tensor the official file has no key for (a bug)."""
     from cosyvino.families.cosyvoice3.llm_checkpoint import llm_state_dict_shapes
-    from cosyvino.families.cosyvoice23.lm_checkpoint import (
-        EMBED_TOKENS_KEY,
-        LM_HEAD_KEY,
-        QWEN_PREFIX,
-    )
 
-    ours = llm.state_dict()
-    prefix = QWEN_PREFIX + "model."
-    out, used = {}, set()
-    for key in llm_state_dict_shapes(cfg):
-        name = "qwen.embed_tokens.weight" if key in (EMBED_TOKENS_KEY, LM_HEAD_KEY) else \
-            "qwen." + key[len(prefix):] if key.startswith(prefix) else key
-        out[key] = ours[name]
-        used.add(name)
-    extra = sorted(set(ours) - used)
-    if extra:
-        raise ValueError(f"CosyVoice3LM tensors with no llm.pt key: {extra}")
-    return out
+    return shared.official_llm_state_dict(llm, llm_state_dict_shapes(cfg), "CosyVoice3LM")
 
 
 def official_state_dicts(llm, flow, hift, cfg: CosyVoice3LLMConfig,
                          hift_weight_norm: str = "parametrizations") -> dict[str, dict]:
     """``{"llm.pt": ..., "flow.pt": ..., "hift.pt": ...}``: what :func:`make_model` saves for
     these modules (hift weight-norm pairs in the ``hift_weight_norm`` spelling)."""
-    from cosyvino.families.cosyvoice1.weight_norm import unfold_weight_norm
-
-    hift_sd = unfold_weight_norm(hift.state_dict(), hift.weight_normed_parameters(),
-                                 hift_weight_norm)
-    return {"llm.pt": official_llm_state_dict(llm, cfg), "flow.pt": flow.state_dict(),
-            "hift.pt": _bias_before_pair(hift_sd)}
+    return shared.official_state_dicts(official_llm_state_dict(llm, cfg), flow, hift,
+                                       hift_weight_norm)
 
 
 def checkpoint_shapes(preset: str | CosyVoice3Preset) -> dict[str, dict[str, tuple[int, ...]]]:
@@ -129,17 +100,11 @@ def checkpoint_shapes(preset: str | CosyVoice3Preset) -> dict[str, dict[str, tup
     Raises InputError: an unknown preset name."""
     p = _preset(preset)
     llm, flow, hift = build_modules(p, "meta")
-    return {name: {k: tuple(v.shape) for k, v in sd.items()}
-            for name, sd in official_state_dicts(llm, flow, hift, llm_config(p)).items()}
+    return shared.shapes_of(official_state_dicts(llm, flow, hift, llm_config(p)))
 
 
 def _preset(preset: str | CosyVoice3Preset) -> CosyVoice3Preset:
-    if isinstance(preset, CosyVoice3Preset):
-        return preset
-    if preset not in PRESETS:
-        raise InputError(f"unknown CosyVoice3 preset {preset!r}; choose one of "
-                         f"{', '.join(PRESETS)}")
-    return PRESETS[preset]()
+    return shared.lookup_preset(preset, PRESETS, CosyVoice3Preset, "CosyVoice3")
 
 
 def _stop_after_a_few_seconds(llm, speech_token_size: int) -> None:
@@ -213,59 +178,21 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
         InputError: unknown preset, dtype or weight-norm spelling.
         ModelDirError: ``out_dir`` exists (and not ``overwrite``) or cannot be written.
     """
-    import torch
-
     p = _preset(preset)
-    if dtype not in DTYPES:
-        raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if hift_weight_norm not in SPELLINGS:
-        raise InputError(f"unknown weight-norm spelling {hift_weight_norm!r}; choose one of "
-                         f"{', '.join(SPELLINGS)}")
-    out_dir = os.path.abspath(os.fspath(out_dir))
-    if os.path.exists(out_dir) and not overwrite:
-        raise ModelDirError(f"{out_dir} already exists; pick a new directory or use "
-                            "--overwrite (overwrite=True)", out_dir)
-    say = progress or (lambda msg: None)
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    try:
-        say("initialising random weights")
-        llm, flow, hift = _randomize(p, seed)
-        with open(os.path.join(tmp, YAML_NAME), "w", encoding="utf-8") as f:
-            f.write(render_cosyvoice3_yaml(
-                p, comment=f"SYNTHETIC random-weight checkpoint (preset {p.name}, seed {seed}) "
-                           "made by cosyvino make-model"))
-        write_qwen_dir(tmp, p.qwen)
-        sds = official_state_dicts(llm, flow, hift, llm_config(p), hift_weight_norm)
-        del llm, flow, hift
-        for name in ("llm.pt", "flow.pt", "hift.pt"):
-            say(f"writing {name}")
-            _save(sds.pop(name), os.path.join(tmp, name), dtype)
-        gen = torch.Generator().manual_seed(seed + 1)
-        spk = {name: {"embedding": torch.randn(1, p.spk_embed_dim, generator=gen) * 10}
-               for name in SFT_SPEAKERS}
-        torch.save(spk, os.path.join(tmp, "spk2info.pt"))
-        with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
-            f.write(README.format(preset=p.name))
-        replace_dir(tmp, out_dir)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ModelDirError(f"cannot write model directory {out_dir}: {e}", out_dir) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    return shared.make_model_dir(
+        p, out_dir, seed=seed, dtype=dtype, hift_weight_norm=hift_weight_norm,
+        overwrite=overwrite, progress=progress, yaml_name=YAML_NAME,
+        render_yaml=render_cosyvoice3_yaml, randomize=_randomize,
+        state_dicts=lambda llm, flow, hift, wn: official_state_dicts(llm, flow, hift,
+                                                                    llm_config(p), wn),
+        write_extras=lambda tmp, say: README.format(preset=p.name))
 
 
 def is_synthetic(model_dir: str | os.PathLike) -> bool:
     """True when ``model_dir`` was made by :func:`make_model` (its yaml says SYNTHETIC)."""
-    try:
-        with open(os.path.join(os.fspath(model_dir), YAML_NAME), encoding="utf-8") as f:
-            return "SYNTHETIC" in f.read(512)
-    except OSError:
-        return False
+    return synthetic_dir.is_synthetic(model_dir, YAML_NAME)
 
 
 __all__ = ["DTYPES", "SYNTHETIC_EOS_PROB", "build_modules", "checkpoint_shapes", "is_synthetic",
-           "llm_config", "make_model", "official_llm_state_dict", "official_state_dicts"]
+           "llm_config", "make_model", "official_llm_state_dict", "official_state_dicts",
+           "write_qwen_dir"]
