@@ -11,8 +11,8 @@ format, :mod:`.yaml_writer`), ``llm.pt`` (the tied text table stored under both
 :mod:`cosyvino.families.cosyvoice23`) and, when ``onnx`` is installed, ``campplus.onnx`` +
 ``speech_tokenizer_v2.onnx`` stand-ins (:mod:`.synthetic_prompt_models`). Written atomically
 (temp dir + rename). The file sequence and the pieces shared with v3 are in
-:mod:`cosyvino.families.cosyvoice23.synthetic`. The speech head is biased towards EOS so random-weight utterances end at a
-plausible length. Imports torch (lazily).
+:mod:`cosyvino.families.cosyvoice23.synthetic`. The speech head is biased towards EOS so
+random-weight utterances end at a plausible length. Imports torch (lazily).
 """
 
 from __future__ import annotations
