@@ -22,17 +22,16 @@ import math
 import os
 from collections.abc import Callable
 
-from cosyvino.families import synthetic_dir
 from cosyvino.families.cosyvoice1.synthetic import SYNTHETIC_EOS_PROB
 from cosyvino.families.cosyvoice2.config import YAML_NAME, CosyVoice2LLMConfig
 from cosyvino.families.cosyvoice2.presets import PRESETS, CosyVoice2Preset
 from cosyvino.families.cosyvoice2.synthetic_prompt_models import write_prompt_models
 from cosyvino.families.cosyvoice2.yaml_writer import render_cosyvoice2_yaml
-from cosyvino.families.cosyvoice23 import synthetic as shared
 from cosyvino.families.cosyvoice23.synthetic import (  # noqa: F401  (this module's API)
     DTYPES,
     TOKENIZER_DATA_DIR,
     TOKENIZER_FILES,
+    SyntheticFamily,
     qwen2_config_json,
     write_qwen_dir,
 )
@@ -61,41 +60,40 @@ def llm_config(preset: CosyVoice2Preset) -> CosyVoice2LLMConfig:
                                sampling=preset.sampling)
 
 
-# ---- module trees -> official state_dicts ----------------------------------------------------
+def _stop_bias(llm, preset: CosyVoice2Preset) -> None:
+    # Near-uniform speech-token logits, then an EOS bias giving SYNTHETIC_EOS_PROB per step
+    # once EOS is allowed; the other two stop ids (6562, 6563) practically never drawn.
+    llm.llm_decoder.weight.mul_(0.05)
+    llm.llm_decoder.bias.zero_()
+    v = preset.speech_token_size
+    llm.llm_decoder.bias[v] = math.log(SYNTHETIC_EOS_PROB * v / (1 - SYNTHETIC_EOS_PROB))
+    llm.llm_decoder.bias[v + 1:] = _OTHER_STOP_BIAS
 
-def build_modules(preset: CosyVoice2Preset, device: str = "cpu"):
-    """``(llm, flow, hift)``: our torch modules for ``preset``, randomly initialised
-    (``device="meta"`` allocates nothing; used for the key/shape manifest)."""
-    import torch
 
+def _modules():
+    from cosyvino.families.cosyvoice2.llm_checkpoint import llm_state_dict_shapes
     from cosyvino.families.cosyvoice2.torch.flow_loading import build_flow
     from cosyvino.families.cosyvoice2.torch.hift import HiFTGenerator
     from cosyvino.families.cosyvoice2.torch.llm import CosyVoice2LM
 
-    with torch.device(device):
-        llm = CosyVoice2LM(llm_config(preset))
-        hift = HiFTGenerator(preset.hift)
-    return llm, build_flow(preset.flow, device), hift
+    return CosyVoice2LM, HiFTGenerator, build_flow, llm_state_dict_shapes
 
 
-def official_llm_state_dict(llm, cfg: CosyVoice2LLMConfig) -> dict:
-    """``llm.pt`` content of our :class:`~.torch.llm.CosyVoice2LM` in the official key order
-    (:func:`cosyvino.families.cosyvoice23.synthetic.official_llm_state_dict`).
+def _prompt_models(tmp: str, say: Callable[[str], None], p: CosyVoice2Preset, seed: int) -> str:
+    readme = README.format(preset=p.name)
+    if importlib.util.find_spec("onnx") is not None:
+        say("writing campplus.onnx, speech_tokenizer_v2.onnx")
+        write_prompt_models(tmp, p.name, seed=seed)
+    else:  # SFT works without them; voice cloning needs them
+        say("onnx not installed: no synthetic campplus.onnx / speech_tokenizer_v2.onnx")
+        readme += NO_PROMPT_MODELS
+    return readme
 
-    Raises:
-        ValueError: the module has a tensor the official file has no key for (a bug)."""
-    from cosyvino.families.cosyvoice2.llm_checkpoint import llm_state_dict_shapes
 
-    return shared.official_llm_state_dict(llm, llm_state_dict_shapes(cfg), "CosyVoice2LM")
-
-
-def official_state_dicts(llm, flow, hift, cfg: CosyVoice2LLMConfig,
-                         hift_weight_norm: str = "parametrizations") -> dict[str, dict]:
-    """``{"llm.pt": ..., "flow.pt": ..., "hift.pt": ...}``: what :func:`make_model` saves for
-    these modules (hift weight-norm pairs in the ``hift_weight_norm`` spelling:
-    ``parametrizations`` as the released file, sheet v2 §6.4, or ``weight_g``)."""
-    return shared.official_state_dicts(official_llm_state_dict(llm, cfg), flow, hift,
-                                       hift_weight_norm)
+FAMILY = SyntheticFamily(
+    name="CosyVoice2", presets=PRESETS, preset_type=CosyVoice2Preset, yaml_name=YAML_NAME,
+    render_yaml=render_cosyvoice2_yaml, llm_config=llm_config, modules=_modules,
+    stop_trick=_stop_bias, write_extras=_prompt_models)
 
 
 def checkpoint_shapes(preset: str | CosyVoice2Preset) -> dict[str, dict[str, tuple[int, ...]]]:
@@ -103,29 +101,7 @@ def checkpoint_shapes(preset: str | CosyVoice2Preset) -> dict[str, dict[str, tup
     in file order, computed on the meta device (no memory, no weights written).
 
     Raises: InputError for an unknown preset name."""
-    p = _preset(preset)
-    llm, flow, hift = build_modules(p, "meta")
-    return shared.shapes_of(official_state_dicts(llm, flow, hift, llm_config(p)))
-
-
-def _preset(preset: str | CosyVoice2Preset) -> CosyVoice2Preset:
-    return shared.lookup_preset(preset, PRESETS, CosyVoice2Preset, "CosyVoice2")
-
-
-def _randomize(preset: CosyVoice2Preset, seed: int):
-    import torch
-
-    torch.manual_seed(seed)
-    llm, flow, hift = build_modules(preset)
-    with torch.no_grad():
-        # Near-uniform speech-token logits, then an EOS bias giving SYNTHETIC_EOS_PROB per step
-        # once EOS is allowed; the other two stop ids (6562, 6563) practically never drawn.
-        llm.llm_decoder.weight.mul_(0.05)
-        llm.llm_decoder.bias.zero_()
-        v = preset.speech_token_size
-        llm.llm_decoder.bias[v] = math.log(SYNTHETIC_EOS_PROB * v / (1 - SYNTHETIC_EOS_PROB))
-        llm.llm_decoder.bias[v + 1:] = _OTHER_STOP_BIAS
-    return llm, flow, hift
+    return FAMILY.checkpoint_shapes(preset)
 
 
 def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
@@ -152,27 +128,11 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
         InputError: unknown preset, dtype or weight-norm spelling.
         ModelDirError: ``out_dir`` exists (and not ``overwrite``) or cannot be written.
     """
-    p = _preset(preset)
-
-    def prompt_models(tmp: str, say: Callable[[str], None]) -> str:
-        readme = README.format(preset=p.name)
-        if importlib.util.find_spec("onnx") is not None:
-            say("writing campplus.onnx, speech_tokenizer_v2.onnx")
-            write_prompt_models(tmp, p.name, seed=seed)
-        else:  # SFT works without them; voice cloning needs them
-            say("onnx not installed: no synthetic campplus.onnx / speech_tokenizer_v2.onnx")
-            readme += NO_PROMPT_MODELS
-        return readme
-
-    return shared.make_model_dir(
-        p, out_dir, seed=seed, dtype=dtype, hift_weight_norm=hift_weight_norm,
-        overwrite=overwrite, progress=progress, yaml_name=YAML_NAME,
-        render_yaml=render_cosyvoice2_yaml, randomize=_randomize,
-        state_dicts=lambda llm, flow, hift, wn: official_state_dicts(llm, flow, hift,
-                                                                    llm_config(p), wn),
-        write_extras=prompt_models)
+    return FAMILY.make_model(preset, out_dir, seed=seed, dtype=dtype,
+                             hift_weight_norm=hift_weight_norm, overwrite=overwrite,
+                             progress=progress)
 
 
 def is_synthetic(model_dir: str | os.PathLike) -> bool:
     """True when ``model_dir`` was made by :func:`make_model` (its yaml says SYNTHETIC)."""
-    return synthetic_dir.is_synthetic(model_dir, YAML_NAME)
+    return FAMILY.is_synthetic(model_dir)

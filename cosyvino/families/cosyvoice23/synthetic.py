@@ -1,9 +1,10 @@
 """What the CosyVoice2 and CosyVoice3 synthetic-dir makers share: the ``CosyVoice-BlankEN/``
 dir (``config.json`` + the shipped Qwen2 tokenizer files), the ``llm.pt`` key mapping of a
 Qwen2 speech LM, the official key order of ``hift.pt``, the dtype cast that keeps the tied text
-table one storage, and :func:`make_model_dir`, the file-writing sequence both families run with
-their own modules, yaml and extra files. Each family's ``synthetic`` module owns its presets,
-torch modules and the stop trick of its random speech head. Imports torch (lazily).
+table one storage, and :class:`SyntheticFamily`: module building, checkpoint shapes and the
+file-writing sequence both families run with their own values and hooks. Each family's
+``synthetic`` module owns its presets, torch modules, yaml, extra files and the stop trick of
+its random speech head. Imports torch (lazily).
 """
 
 from __future__ import annotations
@@ -12,13 +13,19 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from cosyvino.errors import InputError, ModelDirError
 from cosyvino.families.cosyvoice1.synthetic import SFT_SPEAKERS
 from cosyvino.families.cosyvoice1.weight_norm import SPELLINGS
 from cosyvino.families.cosyvoice23.lm_checkpoint import EMBED_TOKENS_KEY, LM_HEAD_KEY, QWEN_PREFIX
 from cosyvino.families.cosyvoice23.qwen2_config import QWEN_CONFIG_FILE, QWEN_DIR, Qwen2Config
-from cosyvino.families.synthetic_dir import atomic_model_dir, new_model_dir, synthetic_comment
+from cosyvino.families.synthetic_dir import (
+    atomic_model_dir,
+    is_synthetic,
+    new_model_dir,
+    synthetic_comment,
+)
 
 #: the public Qwen2 BPE files shipped as package data (copied into ``CosyVoice-BlankEN/``)
 TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer_config.json")
@@ -122,19 +129,6 @@ def shapes_of(state_dicts: dict[str, dict]) -> dict[str, dict[str, tuple[int, ..
     return {name: {k: tuple(v.shape) for k, v in sd.items()} for name, sd in state_dicts.items()}
 
 
-def lookup_preset(preset, presets: dict, preset_type: type, family: str):
-    """``preset`` itself when it is a ``preset_type``, else ``presets[preset]()``.
-
-    Raises:
-        InputError: an unknown preset name (naming ``family`` and the choices)."""
-    if isinstance(preset, preset_type):
-        return preset
-    if preset not in presets:
-        raise InputError(f"unknown {family} preset {preset!r}; choose one of "
-                         f"{', '.join(presets)}")
-    return presets[preset]()
-
-
 def save_state_dict(state_dict: dict, path: str, dtype: str) -> None:
     """``torch.save`` of ``state_dict`` cast to ``dtype`` (a :data:`DTYPES` name); tensors
     that share a storage (the tied text table) stay shared."""
@@ -147,54 +141,126 @@ def save_state_dict(state_dict: dict, path: str, dtype: str) -> None:
     torch.save(state_dict, path)
 
 
-def make_model_dir(preset, out_dir: str | os.PathLike, *, seed: int, dtype: str,
+@dataclass(frozen=True)
+class SyntheticFamily:
+    """One family's side of a synthetic CosyVoice2/3 dir: what differs, as values and hooks.
+
+    ``modules()`` returns ``(lm_class, hift_class, build_flow, llm_state_dict_shapes)`` (a hook
+    so torch is imported only when weights are built); ``llm_config(preset)`` the LM config
+    the rendered yaml + config.json read back as; ``stop_trick(llm, preset)`` biases the
+    random speech head so utterances end (run under ``torch.no_grad``);
+    ``write_extras(tmp_dir, say, preset, seed)`` writes the family's other files and returns
+    the ``README.txt`` text."""
+
+    name: str
+    presets: dict
+    preset_type: type
+    yaml_name: str
+    render_yaml: Callable[..., str]
+    llm_config: Callable
+    modules: Callable[[], tuple]
+    stop_trick: Callable
+    write_extras: Callable[[str, Callable[[str], None], object, int], str]
+
+    def preset(self, preset):
+        """``preset`` itself when it is a preset object, else ``presets[preset]()``.
+
+        Raises:
+            InputError: an unknown preset name (naming the family and the choices)."""
+        if isinstance(preset, self.preset_type):
+            return preset
+        if preset not in self.presets:
+            raise InputError(f"unknown {self.name} preset {preset!r}; choose one of "
+                             f"{', '.join(self.presets)}")
+        return self.presets[preset]()
+
+    def build_modules(self, preset, device: str = "cpu"):
+        """``(llm, flow, hift)``: our torch modules for ``preset``, randomly initialised
+        (``device="meta"`` allocates nothing; used for the key/shape manifest)."""
+        import torch
+
+        lm_class, hift_class, build_flow, _ = self.modules()
+        with torch.device(device):
+            llm = lm_class(self.llm_config(preset))
+            hift = hift_class(preset.hift)
+        return llm, build_flow(preset.flow, device), hift
+
+    def official_state_dicts(self, llm, flow, hift, preset,
+                             hift_weight_norm: str = "parametrizations") -> dict[str, dict]:
+        """``{"llm.pt": ..., "flow.pt": ..., "hift.pt": ...}`` of these modules in the official
+        key order (:func:`official_llm_state_dict`, :func:`official_state_dicts`).
+
+        Raises:
+            ValueError: the LM has a tensor the official file has no key for (a bug)."""
+        llm_keys = self.modules()[3](self.llm_config(preset))
+        return official_state_dicts(official_llm_state_dict(llm, llm_keys, type(llm).__name__),
+                                    flow, hift, hift_weight_norm)
+
+    def checkpoint_shapes(self, preset) -> dict[str, dict[str, tuple[int, ...]]]:
+        """File -> key -> shape of the three checkpoints :meth:`make_model` writes for
+        ``preset``, in file order, computed on the meta device (no memory, no weights).
+
+        Raises:
+            InputError: an unknown preset name."""
+        p = self.preset(preset)
+        return shapes_of(self.official_state_dicts(*self.build_modules(p, "meta"), p))
+
+    def randomize(self, preset, seed: int):
+        """``(llm, flow, hift)`` with torch seed ``seed``, the stop trick applied."""
+        import torch
+
+        torch.manual_seed(seed)
+        llm, flow, hift = self.build_modules(preset)
+        with torch.no_grad():
+            self.stop_trick(llm, preset)
+        return llm, flow, hift
+
+    def make_model(self, preset, out_dir: str | os.PathLike, *, seed: int, dtype: str,
                    hift_weight_norm: str, overwrite: bool,
-                   progress: Callable[[str], None] | None,
-                   yaml_name: str, render_yaml: Callable[..., str],
-                   randomize: Callable[[object, int], tuple],
-                   state_dicts: Callable[..., dict[str, dict]],
-                   write_extras: Callable[[str, Callable[[str], None]], str]) -> str:
-    """Write a synthetic CosyVoice2/3 dir for the resolved ``preset`` (one of the family's
-    preset objects): ``yaml_name`` (``render_yaml(preset, comment=...)``),
-    ``CosyVoice-BlankEN/``, :data:`CHECKPOINTS` (``state_dicts(llm, flow, hift,
-    hift_weight_norm)`` of ``randomize(preset, seed)``, saved as ``dtype``), ``spk2info.pt``
-    (the SFT speakers, ``torch`` seed ``seed + 1``) and ``README.txt`` (the text
-    ``write_extras(tmp_dir, say)`` returns after writing the family's other files).
-    Arguments and errors: the families' ``make_model``.
+                   progress: Callable[[str], None] | None) -> str:
+        """Write a synthetic dir: the yaml (``render_yaml(preset, comment=...)``),
+        ``CosyVoice-BlankEN/``, :data:`CHECKPOINTS` (saved as ``dtype``), ``spk2info.pt`` (the
+        SFT speakers, torch seed ``seed + 1``), the extras and ``README.txt``. Arguments: the
+        families' ``make_model``. Returns ``out_dir`` (absolute).
 
-    Raises:
-        InputError: unknown dtype or weight-norm spelling.
-        ModelDirError: ``out_dir`` exists (and not ``overwrite``) or cannot be written."""
-    import torch
+        Raises:
+            InputError: unknown preset, dtype or weight-norm spelling.
+            ModelDirError: ``out_dir`` exists (and not ``overwrite``) or cannot be written."""
+        import torch
 
-    if dtype not in DTYPES:
-        raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if hift_weight_norm not in SPELLINGS:
-        raise InputError(f"unknown weight-norm spelling {hift_weight_norm!r}; choose one of "
-                         f"{', '.join(SPELLINGS)}")
-    out_dir = new_model_dir(out_dir, overwrite)
-    say = progress or (lambda msg: None)
-    with atomic_model_dir(out_dir) as tmp:
-        say("initialising random weights")
-        llm, flow, hift = randomize(preset, seed)
-        with open(os.path.join(tmp, yaml_name), "w", encoding="utf-8") as f:
-            f.write(render_yaml(preset, comment=synthetic_comment(preset.name, seed)))
-        write_qwen_dir(tmp, preset.qwen)
-        sds = state_dicts(llm, flow, hift, hift_weight_norm)
-        del llm, flow, hift
-        for name in CHECKPOINTS:
-            say(f"writing {name}")
-            save_state_dict(sds.pop(name), os.path.join(tmp, name), dtype)
-        gen = torch.Generator().manual_seed(seed + 1)
-        spk = {name: {"embedding": torch.randn(1, preset.spk_embed_dim, generator=gen) * 10}
-               for name in SFT_SPEAKERS}
-        torch.save(spk, os.path.join(tmp, "spk2info.pt"))
-        readme = write_extras(tmp, say)
-        with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
-            f.write(readme)
-    return out_dir
+        p = self.preset(preset)
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        if hift_weight_norm not in SPELLINGS:
+            raise InputError(f"unknown weight-norm spelling {hift_weight_norm!r}; choose one of "
+                             f"{', '.join(SPELLINGS)}")
+        out_dir = new_model_dir(out_dir, overwrite)
+        say = progress or (lambda msg: None)
+        with atomic_model_dir(out_dir) as tmp:
+            say("initialising random weights")
+            llm, flow, hift = self.randomize(p, seed)
+            with open(os.path.join(tmp, self.yaml_name), "w", encoding="utf-8") as f:
+                f.write(self.render_yaml(p, comment=synthetic_comment(p.name, seed)))
+            write_qwen_dir(tmp, p.qwen)
+            sds = self.official_state_dicts(llm, flow, hift, p, hift_weight_norm)
+            del llm, flow, hift
+            for name in CHECKPOINTS:
+                say(f"writing {name}")
+                save_state_dict(sds.pop(name), os.path.join(tmp, name), dtype)
+            gen = torch.Generator().manual_seed(seed + 1)
+            spk = {name: {"embedding": torch.randn(1, p.spk_embed_dim, generator=gen) * 10}
+                   for name in SFT_SPEAKERS}
+            torch.save(spk, os.path.join(tmp, "spk2info.pt"))
+            readme = self.write_extras(tmp, say, p, seed)
+            with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
+                f.write(readme)
+        return out_dir
+
+    def is_synthetic(self, model_dir: str | os.PathLike) -> bool:
+        """True when ``model_dir`` was made by :meth:`make_model` (its yaml says SYNTHETIC)."""
+        return is_synthetic(model_dir, self.yaml_name)
 
 
-__all__ = ["CHECKPOINTS", "DTYPES", "TOKENIZER_DATA_DIR", "TOKENIZER_FILES", "bias_before_pair",
-           "lookup_preset", "make_model_dir", "official_llm_state_dict", "official_state_dicts",
+__all__ = ["CHECKPOINTS", "DTYPES", "TOKENIZER_DATA_DIR", "TOKENIZER_FILES", "SyntheticFamily",
+           "bias_before_pair", "official_llm_state_dict", "official_state_dicts",
            "qwen2_config_json", "save_state_dict", "shapes_of", "write_qwen_dir"]

@@ -28,12 +28,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from cosyvino.families import synthetic_dir
 from cosyvino.families.cosyvoice3.config import YAML_NAME, CosyVoice3LLMConfig
 from cosyvino.families.cosyvoice3.presets import PRESETS, CosyVoice3Preset
 from cosyvino.families.cosyvoice3.yaml_writer import render_cosyvoice3_yaml
-from cosyvino.families.cosyvoice23 import synthetic as shared
-from cosyvino.families.cosyvoice23.synthetic import DTYPES, write_qwen_dir
+from cosyvino.families.cosyvoice23.synthetic import DTYPES, SyntheticFamily, write_qwen_dir
 
 #: per-step probability of EOS (mean utterance ~100 tokens, 4 s at 25 Hz; v3 decoding lets it
 #: through from the first step, so v1/v2's 0.03 would give ~1.3 s)
@@ -60,54 +58,7 @@ def llm_config(preset: CosyVoice3Preset) -> CosyVoice3LLMConfig:
                                speech_token_size=preset.speech_token_size, qwen=preset.qwen)
 
 
-def build_modules(preset: CosyVoice3Preset, device: str = "cpu"):
-    """``(llm, flow, hift)``: our torch modules for ``preset``, randomly initialised
-    (``device="meta"`` allocates nothing; used for the key/shape check)."""
-    import torch
-
-    from cosyvino.families.cosyvoice3.torch.flow_loading import build_flow
-    from cosyvino.families.cosyvoice3.torch.hift import CausalHiFTGenerator
-    from cosyvino.families.cosyvoice3.torch.llm import CosyVoice3LM
-
-    with torch.device(device):
-        llm = CosyVoice3LM(llm_config(preset))
-        hift = CausalHiFTGenerator(preset.hift)
-    return llm, build_flow(preset.flow, device), hift
-
-
-def official_llm_state_dict(llm, cfg: CosyVoice3LLMConfig) -> dict:
-    """``llm.pt`` content of our :class:`~.torch.llm.CosyVoice3LM` in the official key order
-    (:func:`cosyvino.families.cosyvoice23.synthetic.official_llm_state_dict`).
-
-    Raises ValueError: the module has a tensor the official file has no key for (a bug)."""
-    from cosyvino.families.cosyvoice3.llm_checkpoint import llm_state_dict_shapes
-
-    return shared.official_llm_state_dict(llm, llm_state_dict_shapes(cfg), "CosyVoice3LM")
-
-
-def official_state_dicts(llm, flow, hift, cfg: CosyVoice3LLMConfig,
-                         hift_weight_norm: str = "parametrizations") -> dict[str, dict]:
-    """``{"llm.pt": ..., "flow.pt": ..., "hift.pt": ...}``: what :func:`make_model` saves for
-    these modules (hift weight-norm pairs in the ``hift_weight_norm`` spelling)."""
-    return shared.official_state_dicts(official_llm_state_dict(llm, cfg), flow, hift,
-                                       hift_weight_norm)
-
-
-def checkpoint_shapes(preset: str | CosyVoice3Preset) -> dict[str, dict[str, tuple[int, ...]]]:
-    """File -> key -> shape of the three checkpoints :func:`make_model` writes for ``preset``,
-    in file order, computed on the meta device (no memory, no weights).
-
-    Raises InputError: an unknown preset name."""
-    p = _preset(preset)
-    llm, flow, hift = build_modules(p, "meta")
-    return shared.shapes_of(official_state_dicts(llm, flow, hift, llm_config(p)))
-
-
-def _preset(preset: str | CosyVoice3Preset) -> CosyVoice3Preset:
-    return shared.lookup_preset(preset, PRESETS, CosyVoice3Preset, "CosyVoice3")
-
-
-def _stop_after_a_few_seconds(llm, speech_token_size: int) -> None:
+def _stop_after_a_few_seconds(llm, preset: CosyVoice3Preset) -> None:
     """The EOS switch (module docstring): feature ``j`` (the last) is a constant of the
     residual stream, feature ``k`` (the one before) varies with the history; the EOS row's
     logit ``A (h_k - t h_j / c)`` is far above every other logit when ``h_k`` passes its
@@ -126,7 +77,7 @@ def _stop_after_a_few_seconds(llm, speech_token_size: int) -> None:
         layer.self_attn.o_proj.weight[j] = 0
         layer.mlp.down_proj.weight[j] = 0
     gen = torch.Generator().manual_seed(0)
-    rows = llm.speech_embedding.weight[torch.randint(0, speech_token_size, (1, 256),
+    rows = llm.speech_embedding.weight[torch.randint(0, preset.speech_token_size, (1, 256),
                                                      generator=gen)]
     cfg = qwen.cfg
     empty = torch.zeros(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, 0,
@@ -146,14 +97,28 @@ def _stop_after_a_few_seconds(llm, speech_token_size: int) -> None:
     head[others, j] = _OTHER_STOP_LOGIT / seen_j
 
 
-def _randomize(preset: CosyVoice3Preset, seed: int):
-    import torch
+def _modules():
+    from cosyvino.families.cosyvoice3.llm_checkpoint import llm_state_dict_shapes
+    from cosyvino.families.cosyvoice3.torch.flow_loading import build_flow
+    from cosyvino.families.cosyvoice3.torch.hift import CausalHiFTGenerator
+    from cosyvino.families.cosyvoice3.torch.llm import CosyVoice3LM
 
-    torch.manual_seed(seed)
-    llm, flow, hift = build_modules(preset)
-    with torch.no_grad():
-        _stop_after_a_few_seconds(llm, preset.speech_token_size)
-    return llm, flow, hift
+    return CosyVoice3LM, CausalHiFTGenerator, build_flow, llm_state_dict_shapes
+
+
+FAMILY = SyntheticFamily(
+    name="CosyVoice3", presets=PRESETS, preset_type=CosyVoice3Preset, yaml_name=YAML_NAME,
+    render_yaml=render_cosyvoice3_yaml, llm_config=llm_config, modules=_modules,
+    stop_trick=_stop_after_a_few_seconds,
+    write_extras=lambda tmp, say, p, seed: README.format(preset=p.name))
+
+
+def checkpoint_shapes(preset: str | CosyVoice3Preset) -> dict[str, dict[str, tuple[int, ...]]]:
+    """File -> key -> shape of the three checkpoints :func:`make_model` writes for ``preset``,
+    in file order, computed on the meta device (no memory, no weights).
+
+    Raises InputError: an unknown preset name."""
+    return FAMILY.checkpoint_shapes(preset)
 
 
 def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
@@ -178,21 +143,15 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
         InputError: unknown preset, dtype or weight-norm spelling.
         ModelDirError: ``out_dir`` exists (and not ``overwrite``) or cannot be written.
     """
-    p = _preset(preset)
-    return shared.make_model_dir(
-        p, out_dir, seed=seed, dtype=dtype, hift_weight_norm=hift_weight_norm,
-        overwrite=overwrite, progress=progress, yaml_name=YAML_NAME,
-        render_yaml=render_cosyvoice3_yaml, randomize=_randomize,
-        state_dicts=lambda llm, flow, hift, wn: official_state_dicts(llm, flow, hift,
-                                                                    llm_config(p), wn),
-        write_extras=lambda tmp, say: README.format(preset=p.name))
+    return FAMILY.make_model(preset, out_dir, seed=seed, dtype=dtype,
+                             hift_weight_norm=hift_weight_norm, overwrite=overwrite,
+                             progress=progress)
 
 
 def is_synthetic(model_dir: str | os.PathLike) -> bool:
     """True when ``model_dir`` was made by :func:`make_model` (its yaml says SYNTHETIC)."""
-    return synthetic_dir.is_synthetic(model_dir, YAML_NAME)
+    return FAMILY.is_synthetic(model_dir)
 
 
-__all__ = ["DTYPES", "SYNTHETIC_EOS_PROB", "build_modules", "checkpoint_shapes", "is_synthetic",
-           "llm_config", "make_model", "official_llm_state_dict", "official_state_dicts",
-           "write_qwen_dir"]
+__all__ = ["DTYPES", "FAMILY", "SYNTHETIC_EOS_PROB", "checkpoint_shapes", "is_synthetic",
+           "llm_config", "make_model", "write_qwen_dir"]
