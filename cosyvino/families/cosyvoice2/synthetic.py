@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import os
 from collections.abc import Callable
 
 from cosyvino.families.cosyvoice1.synthetic import SYNTHETIC_EOS_PROB
@@ -27,7 +26,7 @@ from cosyvino.families.cosyvoice2.config import YAML_NAME, CosyVoice2LLMConfig
 from cosyvino.families.cosyvoice2.presets import PRESETS, CosyVoice2Preset
 from cosyvino.families.cosyvoice2.synthetic_prompt_models import write_prompt_models
 from cosyvino.families.cosyvoice2.yaml_writer import render_cosyvoice2_yaml
-from cosyvino.families.cosyvoice23.synthetic import (  # noqa: F401  (this module's API)
+from cosyvino.families.cosyvoice23.synthetic import (
     DTYPES,
     TOKENIZER_DATA_DIR,
     TOKENIZER_FILES,
@@ -96,43 +95,12 @@ FAMILY = SyntheticFamily(
     stop_trick=_stop_bias, write_extras=_prompt_models)
 
 
-def checkpoint_shapes(preset: str | CosyVoice2Preset) -> dict[str, dict[str, tuple[int, ...]]]:
-    """File -> key -> shape of the three checkpoints :func:`make_model` writes for ``preset``,
-    in file order, computed on the meta device (no memory, no weights written).
-
-    Raises: InputError for an unknown preset name."""
-    return FAMILY.checkpoint_shapes(preset)
-
-
-def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
-               dtype: str = "float32", hift_weight_norm: str = "parametrizations",
-               overwrite: bool = False,
-               progress: Callable[[str], None] | None = None) -> str:
-    """Write a synthetic CosyVoice2 model dir (module docstring lists the files).
-
-    Args:
-        preset: ``"tiny"`` or ``"0.5b"`` (:mod:`.presets`).
-        out_dir: target directory; must not exist unless ``overwrite``.
-        seed: torch seed of the random weights and speaker embeddings (prompt models: numpy
-            seed ``seed`` / ``seed + 1``).
-        dtype: ``"float32"`` (as released checkpoints) or ``"float16"`` (as the tiny goldens;
-            half the size; loaders upcast).
-        hift_weight_norm: ``"parametrizations"`` (the released file) or ``"weight_g"`` key
-            spelling in hift.pt.
-        progress: called with a short message before each file.
-
-    Returns:
-        ``out_dir`` (absolute).
-
-    Raises:
-        InputError: unknown preset, dtype or weight-norm spelling.
-        ModelDirError: ``out_dir`` exists (and not ``overwrite``) or cannot be written.
-    """
-    return FAMILY.make_model(preset, out_dir, seed=seed, dtype=dtype,
-                             hift_weight_norm=hift_weight_norm, overwrite=overwrite,
-                             progress=progress)
+#: the public API: :meth:`SyntheticFamily.make_model` (arguments, errors),
+#: :meth:`~SyntheticFamily.is_synthetic`, :meth:`~SyntheticFamily.checkpoint_shapes`
+make_model = FAMILY.make_model
+is_synthetic = FAMILY.is_synthetic
+checkpoint_shapes = FAMILY.checkpoint_shapes
 
 
-def is_synthetic(model_dir: str | os.PathLike) -> bool:
-    """True when ``model_dir`` was made by :func:`make_model` (its yaml says SYNTHETIC)."""
-    return FAMILY.is_synthetic(model_dir)
+__all__ = ["DTYPES", "FAMILY", "TOKENIZER_DATA_DIR", "TOKENIZER_FILES", "checkpoint_shapes",
+           "is_synthetic", "llm_config", "make_model", "qwen2_config_json", "write_qwen_dir"]

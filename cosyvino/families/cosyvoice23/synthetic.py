@@ -215,13 +215,28 @@ class SyntheticFamily:
             self.stop_trick(llm, preset)
         return llm, flow, hift
 
-    def make_model(self, preset, out_dir: str | os.PathLike, *, seed: int, dtype: str,
-                   hift_weight_norm: str, overwrite: bool,
-                   progress: Callable[[str], None] | None) -> str:
-        """Write a synthetic dir: the yaml (``render_yaml(preset, comment=...)``),
-        ``CosyVoice-BlankEN/``, :data:`CHECKPOINTS` (saved as ``dtype``), ``spk2info.pt`` (the
-        SFT speakers, torch seed ``seed + 1``), the extras and ``README.txt``. Arguments: the
-        families' ``make_model``. Returns ``out_dir`` (absolute).
+    def make_model(self, preset, out_dir: str | os.PathLike, *, seed: int = 0,
+                   dtype: str = "float32", hift_weight_norm: str = "parametrizations",
+                   overwrite: bool = False,
+                   progress: Callable[[str], None] | None = None) -> str:
+        """Write a synthetic model dir of this family: the yaml, ``CosyVoice-BlankEN/``,
+        ``llm.pt``, ``flow.pt``, ``hift.pt``, ``spk2info.pt``, the family's extras (v2: the
+        prompt models when ``onnx`` is installed) and ``README.txt``; atomically.
+
+        Args:
+            preset: a preset name (``"tiny"``, ``"0.5b"``: the family's ``presets``) or object.
+            out_dir: target directory; must not exist unless ``overwrite``.
+            seed: torch seed of the random weights; the SFT speaker embeddings use
+                ``seed + 1`` (v2 prompt models: numpy seed ``seed`` / ``seed + 1``).
+            dtype: ``"float32"`` (as released checkpoints) or ``"float16"`` (as the tiny
+                goldens; half the size; loaders upcast). Tied tensors stay one storage.
+            hift_weight_norm: ``"parametrizations"`` (the released file) or ``"weight_g"`` key
+                spelling in hift.pt.
+            overwrite: replace an existing ``out_dir``.
+            progress: called with a short message before each file.
+
+        Returns:
+            ``out_dir`` (absolute).
 
         Raises:
             InputError: unknown preset, dtype or weight-norm spelling.

@@ -25,9 +25,6 @@ Imports torch (lazily).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-
 from cosyvino.families.cosyvoice3.config import YAML_NAME, CosyVoice3LLMConfig
 from cosyvino.families.cosyvoice3.presets import PRESETS, CosyVoice3Preset
 from cosyvino.families.cosyvoice3.yaml_writer import render_cosyvoice3_yaml
@@ -113,44 +110,11 @@ FAMILY = SyntheticFamily(
     write_extras=lambda tmp, say, p, seed: README.format(preset=p.name))
 
 
-def checkpoint_shapes(preset: str | CosyVoice3Preset) -> dict[str, dict[str, tuple[int, ...]]]:
-    """File -> key -> shape of the three checkpoints :func:`make_model` writes for ``preset``,
-    in file order, computed on the meta device (no memory, no weights).
-
-    Raises InputError: an unknown preset name."""
-    return FAMILY.checkpoint_shapes(preset)
-
-
-def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
-               dtype: str = "float32", hift_weight_norm: str = "parametrizations",
-               overwrite: bool = False,
-               progress: Callable[[str], None] | None = None) -> str:
-    """Write a synthetic CosyVoice3 model dir (module docstring lists the files).
-
-    Args:
-        preset: ``"tiny"`` or ``"0.5b"`` (:mod:`.presets`).
-        out_dir: target directory; must not exist unless ``overwrite``.
-        seed: torch seed of the random weights and speaker embeddings.
-        dtype: ``"float32"`` (as released checkpoints) or ``"float16"`` (half the size;
-            loaders upcast).
-        hift_weight_norm: ``"parametrizations"`` (the released file) or ``"weight_g"``.
-        progress: called with a short message before each file.
-
-    Returns:
-        ``out_dir`` (absolute).
-
-    Raises:
-        InputError: unknown preset, dtype or weight-norm spelling.
-        ModelDirError: ``out_dir`` exists (and not ``overwrite``) or cannot be written.
-    """
-    return FAMILY.make_model(preset, out_dir, seed=seed, dtype=dtype,
-                             hift_weight_norm=hift_weight_norm, overwrite=overwrite,
-                             progress=progress)
-
-
-def is_synthetic(model_dir: str | os.PathLike) -> bool:
-    """True when ``model_dir`` was made by :func:`make_model` (its yaml says SYNTHETIC)."""
-    return FAMILY.is_synthetic(model_dir)
+#: the public API: :meth:`SyntheticFamily.make_model` (arguments, errors),
+#: :meth:`~SyntheticFamily.is_synthetic`, :meth:`~SyntheticFamily.checkpoint_shapes`
+make_model = FAMILY.make_model
+is_synthetic = FAMILY.is_synthetic
+checkpoint_shapes = FAMILY.checkpoint_shapes
 
 
 __all__ = ["DTYPES", "FAMILY", "SYNTHETIC_EOS_PROB", "checkpoint_shapes", "is_synthetic",
