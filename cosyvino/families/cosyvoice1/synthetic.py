@@ -11,13 +11,11 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import shutil
-import tempfile
 from typing import Callable
 
+from cosyvino.errors import InputError
+from cosyvino.families import synthetic_dir
 from cosyvino.families.cosyvoice1.config import ModelConfig
-from cosyvino.errors import InputError, ModelDirError
-from cosyvino.fileutil import replace_dir
 from cosyvino.families.cosyvoice1.presets import PRESETS
 from cosyvino.families.cosyvoice1.synthetic_prompt_models import write_prompt_models
 from cosyvino.families.cosyvoice1.yaml_writer import render_cosyvoice_yaml
@@ -85,22 +83,15 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
 
     if preset not in PRESETS:
         raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    out_dir = os.path.abspath(os.fspath(out_dir))
-    if os.path.exists(out_dir) and not overwrite:
-        raise ModelDirError(f"{out_dir} already exists; pick a new directory or use "
-                            "--overwrite (overwrite=True)", out_dir)
+    out_dir = synthetic_dir.new_model_dir(out_dir, overwrite)
     say = progress or (lambda msg: None)
     cfg = PRESETS[preset]()
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    try:
+    with synthetic_dir.atomic_model_dir(out_dir) as tmp:
         say("initialising random weights")
         llm, flow, hift = _randomize(cfg, seed)
         with open(os.path.join(tmp, "cosyvoice.yaml"), "w", encoding="utf-8") as f:
-            f.write(render_cosyvoice_yaml(
-                cfg, comment=f"SYNTHETIC random-weight checkpoint (preset {preset}, seed {seed}) "
-                             "made by cosyvino make-model"))
+            f.write(render_cosyvoice_yaml(cfg, comment=synthetic_dir.synthetic_comment(preset,
+                                                                                       seed)))
         say("writing llm.pt")
         torch.save(llm.state_dict(), os.path.join(tmp, "llm.pt"))
         say("writing flow.pt")
@@ -122,20 +113,9 @@ def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
         with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
             f.write(readme)
         del llm, flow, hift
-        replace_dir(tmp, out_dir)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ModelDirError(f"cannot write model directory {out_dir}: {e}", out_dir) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 
 def is_synthetic(model_dir: str | os.PathLike) -> bool:
     """True when ``model_dir`` was made by :func:`make_model` (its yaml says SYNTHETIC)."""
-    try:
-        with open(os.path.join(os.fspath(model_dir), "cosyvoice.yaml"), encoding="utf-8") as f:
-            return "SYNTHETIC" in f.read(512)
-    except OSError:
-        return False
+    return synthetic_dir.is_synthetic(model_dir, "cosyvoice.yaml")

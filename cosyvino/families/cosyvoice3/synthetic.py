@@ -10,7 +10,8 @@ format, :mod:`.yaml_writer`), ``llm.pt`` (the tied text table under both
 ``{"embedding": [1, 192]}``) and ``CosyVoice-BlankEN/`` (config.json + the shipped Qwen2
 tokenizer files). Key sets, order and shapes are the reference manifest's (tested). No prompt
 models are written: cosyvino does not run the v3 ones yet (recordings are refused). Written
-atomically (temp dir + rename).
+atomically (temp dir + rename); the file sequence and the pieces shared with v2 are in
+:mod:`cosyvino.families.cosyvoice23.synthetic`.
 
 The v3 speech head has no bias and HEAD's decoding lets a stop id through from the first
 step (:mod:`.decoding`), so the v2 trick (an EOS bias, EOS masked until min_len) is
@@ -24,23 +25,10 @@ Imports torch (lazily).
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Callable
-
-from cosyvino.errors import InputError, ModelDirError
-from cosyvino.families.cosyvoice1.synthetic import SFT_SPEAKERS
-from cosyvino.families.cosyvoice1.weight_norm import SPELLINGS
-from cosyvino.families.cosyvoice2.synthetic import (
-    _bias_before_pair,
-    _save,
-    write_qwen_dir,
-)
 from cosyvino.families.cosyvoice3.config import YAML_NAME, CosyVoice3LLMConfig
 from cosyvino.families.cosyvoice3.presets import PRESETS, CosyVoice3Preset
 from cosyvino.families.cosyvoice3.yaml_writer import render_cosyvoice3_yaml
-from cosyvino.fileutil import replace_dir
+from cosyvino.families.cosyvoice23.synthetic import DTYPES, SyntheticFamily, write_qwen_dir
 
 #: per-step probability of EOS (mean utterance ~100 tokens, 4 s at 25 Hz; v3 decoding lets it
 #: through from the first step, so v1/v2's 0.03 would give ~1.3 s)
@@ -51,7 +39,6 @@ _EOS_MARGIN = 40.0
 _OTHER_STOP_LOGIT = -30.0
 #: the constant the residual stream carries in its last feature (about the rms of the rest)
 _CARRIER_SCALE = 1.0
-DTYPES = ("float32", "float16")
 
 README = """This directory holds a SYNTHETIC CosyVoice3 ({preset}) checkpoint made by
 `cosyvino make-model --family cosyvoice3`: random weights in the official file layout. It
@@ -68,81 +55,7 @@ def llm_config(preset: CosyVoice3Preset) -> CosyVoice3LLMConfig:
                                speech_token_size=preset.speech_token_size, qwen=preset.qwen)
 
 
-def build_modules(preset: CosyVoice3Preset, device: str = "cpu"):
-    """``(llm, flow, hift)``: our torch modules for ``preset``, randomly initialised
-    (``device="meta"`` allocates nothing; used for the key/shape check)."""
-    import torch
-
-    from cosyvino.families.cosyvoice3.torch.flow_loading import build_flow
-    from cosyvino.families.cosyvoice3.torch.hift import CausalHiFTGenerator
-    from cosyvino.families.cosyvoice3.torch.llm import CosyVoice3LM
-
-    with torch.device(device):
-        llm = CosyVoice3LM(llm_config(preset))
-        hift = CausalHiFTGenerator(preset.hift)
-    return llm, build_flow(preset.flow, device), hift
-
-
-def official_llm_state_dict(llm, cfg: CosyVoice3LLMConfig) -> dict:
-    """``llm.pt`` content of our :class:`~.torch.llm.CosyVoice3LM`: ``qwen.X`` ->
-    ``llm.model.model.X``; the text table also as ``llm.model.lm_head.weight`` (the SAME
-    tensor, as the tied official module saves it); official key order.
-
-    Raises ValueError: the module has a tensor the official file has no key for (a bug)."""
-    from cosyvino.families.cosyvoice3.llm_checkpoint import llm_state_dict_shapes
-    from cosyvino.families.cosyvoice23.lm_checkpoint import (
-        EMBED_TOKENS_KEY,
-        LM_HEAD_KEY,
-        QWEN_PREFIX,
-    )
-
-    ours = llm.state_dict()
-    prefix = QWEN_PREFIX + "model."
-    out, used = {}, set()
-    for key in llm_state_dict_shapes(cfg):
-        name = "qwen.embed_tokens.weight" if key in (EMBED_TOKENS_KEY, LM_HEAD_KEY) else \
-            "qwen." + key[len(prefix):] if key.startswith(prefix) else key
-        out[key] = ours[name]
-        used.add(name)
-    extra = sorted(set(ours) - used)
-    if extra:
-        raise ValueError(f"CosyVoice3LM tensors with no llm.pt key: {extra}")
-    return out
-
-
-def official_state_dicts(llm, flow, hift, cfg: CosyVoice3LLMConfig,
-                         hift_weight_norm: str = "parametrizations") -> dict[str, dict]:
-    """``{"llm.pt": ..., "flow.pt": ..., "hift.pt": ...}``: what :func:`make_model` saves for
-    these modules (hift weight-norm pairs in the ``hift_weight_norm`` spelling)."""
-    from cosyvino.families.cosyvoice1.weight_norm import unfold_weight_norm
-
-    hift_sd = unfold_weight_norm(hift.state_dict(), hift.weight_normed_parameters(),
-                                 hift_weight_norm)
-    return {"llm.pt": official_llm_state_dict(llm, cfg), "flow.pt": flow.state_dict(),
-            "hift.pt": _bias_before_pair(hift_sd)}
-
-
-def checkpoint_shapes(preset: str | CosyVoice3Preset) -> dict[str, dict[str, tuple[int, ...]]]:
-    """File -> key -> shape of the three checkpoints :func:`make_model` writes for ``preset``,
-    in file order, computed on the meta device (no memory, no weights).
-
-    Raises InputError: an unknown preset name."""
-    p = _preset(preset)
-    llm, flow, hift = build_modules(p, "meta")
-    return {name: {k: tuple(v.shape) for k, v in sd.items()}
-            for name, sd in official_state_dicts(llm, flow, hift, llm_config(p)).items()}
-
-
-def _preset(preset: str | CosyVoice3Preset) -> CosyVoice3Preset:
-    if isinstance(preset, CosyVoice3Preset):
-        return preset
-    if preset not in PRESETS:
-        raise InputError(f"unknown CosyVoice3 preset {preset!r}; choose one of "
-                         f"{', '.join(PRESETS)}")
-    return PRESETS[preset]()
-
-
-def _stop_after_a_few_seconds(llm, speech_token_size: int) -> None:
+def _stop_after_a_few_seconds(llm, preset: CosyVoice3Preset) -> None:
     """The EOS switch (module docstring): feature ``j`` (the last) is a constant of the
     residual stream, feature ``k`` (the one before) varies with the history; the EOS row's
     logit ``A (h_k - t h_j / c)`` is far above every other logit when ``h_k`` passes its
@@ -161,7 +74,7 @@ def _stop_after_a_few_seconds(llm, speech_token_size: int) -> None:
         layer.self_attn.o_proj.weight[j] = 0
         layer.mlp.down_proj.weight[j] = 0
     gen = torch.Generator().manual_seed(0)
-    rows = llm.speech_embedding.weight[torch.randint(0, speech_token_size, (1, 256),
+    rows = llm.speech_embedding.weight[torch.randint(0, preset.speech_token_size, (1, 256),
                                                      generator=gen)]
     cfg = qwen.cfg
     empty = torch.zeros(cfg.num_hidden_layers, 1, cfg.num_key_value_heads, 0,
@@ -181,91 +94,28 @@ def _stop_after_a_few_seconds(llm, speech_token_size: int) -> None:
     head[others, j] = _OTHER_STOP_LOGIT / seen_j
 
 
-def _randomize(preset: CosyVoice3Preset, seed: int):
-    import torch
+def _modules():
+    from cosyvino.families.cosyvoice3.llm_checkpoint import llm_state_dict_shapes
+    from cosyvino.families.cosyvoice3.torch.flow_loading import build_flow
+    from cosyvino.families.cosyvoice3.torch.hift import CausalHiFTGenerator
+    from cosyvino.families.cosyvoice3.torch.llm import CosyVoice3LM
 
-    torch.manual_seed(seed)
-    llm, flow, hift = build_modules(preset)
-    with torch.no_grad():
-        _stop_after_a_few_seconds(llm, preset.speech_token_size)
-    return llm, flow, hift
-
-
-def make_model(preset: str, out_dir: str | os.PathLike, *, seed: int = 0,
-               dtype: str = "float32", hift_weight_norm: str = "parametrizations",
-               overwrite: bool = False,
-               progress: Callable[[str], None] | None = None) -> str:
-    """Write a synthetic CosyVoice3 model dir (module docstring lists the files).
-
-    Args:
-        preset: ``"tiny"`` or ``"0.5b"`` (:mod:`.presets`).
-        out_dir: target directory; must not exist unless ``overwrite``.
-        seed: torch seed of the random weights and speaker embeddings.
-        dtype: ``"float32"`` (as released checkpoints) or ``"float16"`` (half the size;
-            loaders upcast).
-        hift_weight_norm: ``"parametrizations"`` (the released file) or ``"weight_g"``.
-        progress: called with a short message before each file.
-
-    Returns:
-        ``out_dir`` (absolute).
-
-    Raises:
-        InputError: unknown preset, dtype or weight-norm spelling.
-        ModelDirError: ``out_dir`` exists (and not ``overwrite``) or cannot be written.
-    """
-    import torch
-
-    p = _preset(preset)
-    if dtype not in DTYPES:
-        raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    if hift_weight_norm not in SPELLINGS:
-        raise InputError(f"unknown weight-norm spelling {hift_weight_norm!r}; choose one of "
-                         f"{', '.join(SPELLINGS)}")
-    out_dir = os.path.abspath(os.fspath(out_dir))
-    if os.path.exists(out_dir) and not overwrite:
-        raise ModelDirError(f"{out_dir} already exists; pick a new directory or use "
-                            "--overwrite (overwrite=True)", out_dir)
-    say = progress or (lambda msg: None)
-    parent = os.path.dirname(out_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.tmp-", dir=parent)
-    try:
-        say("initialising random weights")
-        llm, flow, hift = _randomize(p, seed)
-        with open(os.path.join(tmp, YAML_NAME), "w", encoding="utf-8") as f:
-            f.write(render_cosyvoice3_yaml(
-                p, comment=f"SYNTHETIC random-weight checkpoint (preset {p.name}, seed {seed}) "
-                           "made by cosyvino make-model"))
-        write_qwen_dir(tmp, p.qwen)
-        sds = official_state_dicts(llm, flow, hift, llm_config(p), hift_weight_norm)
-        del llm, flow, hift
-        for name in ("llm.pt", "flow.pt", "hift.pt"):
-            say(f"writing {name}")
-            _save(sds.pop(name), os.path.join(tmp, name), dtype)
-        gen = torch.Generator().manual_seed(seed + 1)
-        spk = {name: {"embedding": torch.randn(1, p.spk_embed_dim, generator=gen) * 10}
-               for name in SFT_SPEAKERS}
-        torch.save(spk, os.path.join(tmp, "spk2info.pt"))
-        with open(os.path.join(tmp, "README.txt"), "w", encoding="utf-8") as f:
-            f.write(README.format(preset=p.name))
-        replace_dir(tmp, out_dir)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ModelDirError(f"cannot write model directory {out_dir}: {e}", out_dir) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+    return CosyVoice3LM, CausalHiFTGenerator, build_flow, llm_state_dict_shapes
 
 
-def is_synthetic(model_dir: str | os.PathLike) -> bool:
-    """True when ``model_dir`` was made by :func:`make_model` (its yaml says SYNTHETIC)."""
-    try:
-        with open(os.path.join(os.fspath(model_dir), YAML_NAME), encoding="utf-8") as f:
-            return "SYNTHETIC" in f.read(512)
-    except OSError:
-        return False
+FAMILY = SyntheticFamily(
+    name="CosyVoice3", presets=PRESETS, preset_type=CosyVoice3Preset, yaml_name=YAML_NAME,
+    render_yaml=render_cosyvoice3_yaml, llm_config=llm_config, modules=_modules,
+    stop_trick=_stop_after_a_few_seconds,
+    write_extras=lambda tmp, say, p, seed: README.format(preset=p.name))
 
 
-__all__ = ["DTYPES", "SYNTHETIC_EOS_PROB", "build_modules", "checkpoint_shapes", "is_synthetic",
-           "llm_config", "make_model", "official_llm_state_dict", "official_state_dicts"]
+#: the public API: :meth:`SyntheticFamily.make_model` (arguments, errors),
+#: :meth:`~SyntheticFamily.is_synthetic`, :meth:`~SyntheticFamily.checkpoint_shapes`
+make_model = FAMILY.make_model
+is_synthetic = FAMILY.is_synthetic
+checkpoint_shapes = FAMILY.checkpoint_shapes
+
+
+__all__ = ["DTYPES", "FAMILY", "SYNTHETIC_EOS_PROB", "checkpoint_shapes", "is_synthetic",
+           "llm_config", "make_model", "write_qwen_dir"]
